@@ -1,0 +1,121 @@
+#pragma once
+/// @file
+/// Communicator: the collectives hpctrain offers, over any Transport.
+///
+/// ```
+///   auto comm = hpctrain::coll::Communicator(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
+///   comm.allreduce(grad.data(), grad.size(), ReduceOp::avg);              // in place, blocking
+///   auto work = comm.iallreduce(bucket, n, ReduceOp::sum);                 // non-blocking
+///   ... compute ...
+///   work.wait();
+/// ```
+///
+/// Non-blocking collectives run on one background thread per communicator, in submission
+/// order; a blocking call first waits for the queued ones. Every rank must issue the same
+/// collectives in the same order (as in MPI).
+///
+/// Buffers are host memory.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/collectives/transport.hpp"
+#include "hpctrain/collectives/tuning.hpp"
+#include "hpctrain/collectives/types.hpp"
+
+namespace hpctrain::coll {
+
+class ProgressEngine;
+
+/// Handle of a non-blocking collective.
+class Work {
+ public:
+  Work() = default;
+  /// Blocks until the collective has completed; rethrows its error (e.g. TimeoutError).
+  void wait();
+  /// True once the collective has completed (successfully or not).
+  bool test() const;
+  bool valid() const noexcept { return state_ != nullptr; }
+
+  struct State;
+
+ private:
+  friend class Communicator;
+  explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  std::shared_ptr<State> state_;
+};
+
+class Communicator {
+ public:
+  /// Takes ownership of `transport`; tuning defaults to Tuning::from_environment().
+  explicit Communicator(std::unique_ptr<Transport> transport);
+  Communicator(std::unique_ptr<Transport> transport, Tuning tuning);
+  /// Waits for queued non-blocking work, then releases the transport.
+  ~Communicator();
+  /// Moving waits for the source's queued work first (queued work refers to its owner).
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  const Tuning& tuning() const noexcept { return tuning_; }
+  Transport& transport() noexcept { return *transport_; }
+
+  /// recv[i] = op over ranks of send[i], i < count. `send == recv` is in place. `send` may be
+  /// null when count == 0.
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                 Algorithm algo = Algorithm::automatic);
+  /// Non-blocking allreduce; buffers must stay valid and untouched until wait() returns.
+  Work iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                  Algorithm algo = Algorithm::automatic);
+
+  /// MPI_Reduce_scatter_block semantics: `send` holds size()*recv_count elements; rank r
+  /// receives the reduction of block r.
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                      ReduceOp op);
+  /// `recv` (size()*count elements) receives every rank's `count` elements in rank order.
+  /// `send` may point at this rank's block of `recv` (in place).
+  void allgather(const void* send, void* recv, std::size_t count, DataType type);
+  /// Copies root's `count` elements of `buf` to every rank.
+  void broadcast(void* buf, std::size_t count, DataType type, int root);
+  void barrier();
+
+  /// A communicator over the ranks with the same `color`, ranked by (key, old rank).
+  /// Collective; waits for queued non-blocking work first.
+  Communicator split(int color, int key) const;
+
+  // Typed conveniences.
+  template <class T>
+  void allreduce(const T* send, T* recv, std::size_t count, ReduceOp op,
+                 Algorithm algo = Algorithm::automatic) {
+    allreduce(send, recv, count, data_type_v<T>, op, algo);
+  }
+  template <class T>
+  void allreduce(T* buf, std::size_t count, ReduceOp op, Algorithm algo = Algorithm::automatic) {
+    allreduce(buf, buf, count, data_type_v<T>, op, algo);
+  }
+  template <class T>
+  Work iallreduce(T* buf, std::size_t count, ReduceOp op, Algorithm algo = Algorithm::automatic) {
+    return iallreduce(buf, buf, count, data_type_v<T>, op, algo);
+  }
+
+ private:
+  void drain() const;  // waits for queued non-blocking work
+  WaitPolicy policy(const char* op, Algorithm algo) const;
+  void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                     Algorithm algo, std::uint64_t seq);
+
+  std::unique_ptr<Transport> transport_;
+  Tuning tuning_;
+  std::vector<std::byte> scratch_;  // reused across calls; one thread at a time (see drain)
+  std::uint64_t sequence_ = 0;      // collectives issued so far, for tags and diagnostics
+  // Last: destroyed first, so queued work finishes while the members above still exist.
+  mutable std::unique_ptr<ProgressEngine> engine_;
+};
+
+}  // namespace hpctrain::coll

@@ -1,0 +1,54 @@
+#pragma once
+/// @file
+/// hpctrain's one error type and the checking macros every part uses.
+///
+/// Errors are exceptions that carry the source location and the MPI rank (when known). They are
+/// converted to one clear line at the library boundary (the CLI prints it and aborts the job so
+/// no rank hangs). Destructors never throw.
+
+#include <stdexcept>
+#include <string>
+
+namespace hpctrain {
+
+/// Any hpctrain failure: a bad argument, a failed MPI/UCX/HDF5 call, a timeout.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& what, const char* file, int line);
+  /// The message without location, as given by the thrower.
+  const std::string& reason() const noexcept { return reason_; }
+  const char* file() const noexcept { return file_; }
+  int line() const noexcept { return line_; }
+  /// The MPI world rank of the thrower, or -1 before MPI is initialised.
+  int rank() const noexcept { return rank_; }
+
+ private:
+  std::string reason_;
+  const char* file_;
+  int line_;
+  int rank_;
+};
+
+/// A collective did not complete within its timeout; what() names the peers it waited for.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The world rank of this process (MPI_COMM_WORLD), or -1 when MPI is not initialised.
+int world_rank() noexcept;
+
+/// The library boundary for programs: prints `hpctrain: error: <what>` on stderr and ends the
+/// whole job (MPI_Abort on MPI_COMM_WORLD when MPI is up, so no rank hangs; exit otherwise).
+[[noreturn]] void abort_job(const std::exception& e, int exit_code = 1) noexcept;
+
+}  // namespace hpctrain
+
+/// Throws hpctrain::Error with `msg` (anything convertible to std::string) unless `cond` holds.
+#define HPCTRAIN_REQUIRE(cond, msg)                                   \
+  do {                                                                \
+    if (!(cond)) throw ::hpctrain::Error((msg), __FILE__, __LINE__);  \
+  } while (0)
+
+/// Throws hpctrain::Error with `msg`.
+#define HPCTRAIN_FAIL(msg) throw ::hpctrain::Error((msg), __FILE__, __LINE__)

@@ -1,0 +1,84 @@
+#pragma once
+/// @file
+/// The point-to-point interface every collective algorithm is written against.
+///
+/// A Transport moves bytes between the ranks of one group: post a send or a receive, then test
+/// it until it completes. Algorithms never see MPI or UCX types; a new backend is a new
+/// subclass (MpiTransport, LoopbackTransport, UcxTransport).
+///
+/// Threading: one thread at a time uses a given Transport (the Communicator guarantees this).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/collectives/types.hpp"
+
+namespace hpctrain::coll {
+
+/// Message tag. Transports accept tags below 2^28 (MPI_TAG_UB is at least 2^15 by the standard,
+/// 2^31-1 in Open MPI and MPICH; MpiTransport checks the bound it is given).
+using Tag = std::uint32_t;
+
+/// A posted send or receive. `slot` is the transport's handle, -1 once complete.
+struct Request {
+  std::int32_t slot = -1;
+  std::int32_t peer = -1;
+  bool is_send = false;
+  bool done() const noexcept { return slot < 0; }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  /// "mpi", "loopback", "ucx".
+  virtual std::string name() const = 0;
+
+  /// Posts a send of `bytes` bytes to `peer`; `buf` must stay valid until the request completes.
+  virtual Request isend(const void* buf, std::size_t bytes, int peer, Tag tag) = 0;
+  /// Posts a receive of exactly `bytes` bytes from `peer` into `buf`.
+  virtual Request irecv(void* buf, std::size_t bytes, int peer, Tag tag) = 0;
+  /// Makes progress; returns true (and marks `r` done) once `r` has completed. Done requests
+  /// return true at once.
+  virtual bool test(Request& r) = 0;
+
+  /// A new transport over the ranks that passed the same `color`, ordered by (key, rank).
+  /// Collective over this transport's ranks.
+  virtual std::unique_ptr<Transport> split(int color, int key) = 0;
+
+  /// The vendor's all-reduce (MPI_Allreduce) when this transport has one; false otherwise.
+  /// `send` may equal `recv` (in place).
+  virtual bool vendor_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                                ReduceOp op) {
+    return false;
+  }
+};
+
+/// How long waits may take before they fail, and how they spin.
+struct WaitPolicy {
+  /// Zero or negative: wait forever.
+  std::chrono::duration<double> timeout{0.0};
+  /// Name of the operation, for the timeout diagnostic ("allreduce(ring) #12").
+  std::string what;
+};
+
+/// Waits until every request in [reqs, reqs+n) is done. On timeout throws TimeoutError naming
+/// the peers whose sends/receives were still pending.
+void wait_all(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& policy);
+inline void wait_all(Transport& t, std::vector<Request>& reqs, const WaitPolicy& policy) {
+  wait_all(t, reqs.data(), reqs.size(), policy);
+}
+/// Waits until at least one not-done request of [reqs, reqs+n) completes; returns its index.
+/// Requires at least one not-done request.
+std::size_t wait_any(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& policy);
+
+}  // namespace hpctrain::coll

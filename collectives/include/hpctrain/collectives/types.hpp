@@ -1,0 +1,70 @@
+#pragma once
+/// @file
+/// Element types, reduction operations and algorithm names of the collectives layer.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace hpctrain::coll {
+
+/// IEEE 754 binary16. Storage only: arithmetic is done in float.
+struct f16 {
+  std::uint16_t bits = 0;
+};
+/// bfloat16 (the upper half of a float). Storage only: arithmetic is done in float.
+struct bf16 {
+  std::uint16_t bits = 0;
+};
+
+/// binary16 -> float (exact).
+float to_float(f16 h) noexcept;
+/// float -> binary16, round to nearest even; overflow gives ±inf, NaN stays NaN.
+f16 to_f16(float f) noexcept;
+/// bfloat16 -> float (exact).
+inline float to_float(bf16 h) noexcept {
+  std::uint32_t u = static_cast<std::uint32_t>(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+/// float -> bfloat16, round to nearest even; NaN stays NaN.
+inline bf16 to_bf16(float f) noexcept {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};  // quiet NaN
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return bf16{static_cast<std::uint16_t>(u >> 16)};
+}
+
+enum class DataType { f32, f64, f16, bf16, i32, i64 };
+enum class ReduceOp { sum, prod, min, max, avg };
+
+/// All-reduce algorithms. `automatic` chooses by message size and rank count; `mpi` passes
+/// through to MPI_Allreduce (only on an MPI transport).
+enum class Algorithm { automatic, ring, tree, mpi };
+
+std::size_t size_of(DataType t) noexcept;
+std::string_view to_string(DataType t) noexcept;
+std::string_view to_string(ReduceOp op) noexcept;
+std::string_view to_string(Algorithm a) noexcept;
+/// Parses "ring", "tree", "mpi", "auto"/"automatic"; throws hpctrain::Error naming `where`.
+Algorithm parse_algorithm(std::string_view name, std::string_view where = "algorithm");
+
+/// The DataType of a C++ element type.
+template <class T>
+struct data_type_of;
+template <> struct data_type_of<float> { static constexpr DataType value = DataType::f32; };
+template <> struct data_type_of<double> { static constexpr DataType value = DataType::f64; };
+template <> struct data_type_of<f16> { static constexpr DataType value = DataType::f16; };
+template <> struct data_type_of<bf16> { static constexpr DataType value = DataType::bf16; };
+template <> struct data_type_of<std::int32_t> { static constexpr DataType value = DataType::i32; };
+template <> struct data_type_of<std::int64_t> { static constexpr DataType value = DataType::i64; };
+template <class T>
+inline constexpr DataType data_type_v = data_type_of<T>::value;
+
+}  // namespace hpctrain::coll

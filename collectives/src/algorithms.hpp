@@ -1,0 +1,50 @@
+#pragma once
+// The algorithms, each written once against Transport. One file per algorithm; the single
+// dispatch point is Communicator (communicator.cpp).
+
+#include <cstddef>
+#include <vector>
+
+#include "hpctrain/collectives/transport.hpp"
+#include "hpctrain/collectives/tuning.hpp"
+#include "hpctrain/collectives/types.hpp"
+
+namespace hpctrain::coll::detail {
+
+/// What every algorithm call gets: the transport, the knobs, the wait policy (timeout and
+/// diagnostic name), the tag block of this collective and scratch memory that outlives calls.
+struct CollContext {
+  Transport& transport;
+  const Tuning& tuning;
+  const WaitPolicy& policy;
+  Tag base_tag;                      ///< low 8 bits free for the algorithm's phases
+  std::vector<std::byte>& scratch;   ///< grown on demand, reused across calls
+
+  std::byte* scratch_bytes(std::size_t bytes) {
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    return scratch.data();
+  }
+};
+
+/// Balanced partition of `count` elements into `parts` contiguous blocks: offsets[0..parts].
+std::vector<std::size_t> balanced_offsets(std::size_t count, int parts);
+
+// All-reduce, in place on `buf` (op is never avg here: the dispatcher scales).
+void ring_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op);
+void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op);
+
+// Ring phases, also used on their own by reduce_scatter and allgather. Block b of `buf` is
+// elements [offsets[b], offsets[b+1]).
+/// Afterwards block rank() of `buf` holds the reduction of every rank's block rank().
+void ring_reduce_scatter(CollContext& ctx, void* buf, const std::vector<std::size_t>& offsets,
+                         DataType type, ReduceOp op);
+/// Before: block rank() holds this rank's data. Afterwards every block holds its owner's data.
+void ring_allgather(CollContext& ctx, void* buf, const std::vector<std::size_t>& offsets,
+                    DataType type);
+
+/// Binomial-tree broadcast of `bytes` bytes from `root`.
+void binomial_broadcast(CollContext& ctx, void* buf, std::size_t bytes, int root);
+/// Dissemination barrier: ceil(lg p) rounds of zero-byte messages.
+void dissemination_barrier(CollContext& ctx);
+
+}  // namespace hpctrain::coll::detail

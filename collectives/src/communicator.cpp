@@ -1,0 +1,286 @@
+#include "hpctrain/collectives/communicator.hpp"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "algorithms.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "reduce.hpp"
+
+namespace hpctrain::coll {
+
+// ---- non-blocking work and the progress engine ------------------------------------------
+
+struct Work::State {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+void Work::wait() {
+  HPCTRAIN_REQUIRE(state_, "Work::wait on an empty Work handle");
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) {
+    auto e = state_->error;
+    state_->error = nullptr;  // report once
+    std::rethrow_exception(e);
+  }
+}
+
+bool Work::test() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done;
+}
+
+/// One background thread that runs queued collectives in submission order.
+class ProgressEngine {
+ public:
+  ProgressEngine() : thread_([this] { run(); }) {}
+  ~ProgressEngine() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  ProgressEngine(const ProgressEngine&) = delete;
+  ProgressEngine& operator=(const ProgressEngine&) = delete;
+
+  std::shared_ptr<Work::State> submit(std::function<void()> task) {
+    auto state = std::make_shared<Work::State>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.emplace_back(std::move(task), state);
+    }
+    cv_.notify_all();
+    return state;
+  }
+
+  /// Returns once everything submitted so far has run.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and nothing left
+      auto [task, state] = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        task();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> state_lock(state->mutex);
+        state->done = true;
+        state->error = error;
+      }
+      state->cv.notify_all();
+      lock.lock();
+      busy_ = false;
+      idle_cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<Work::State>>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+// ---- Communicator -----------------------------------------------------------------------
+
+namespace {
+
+Tag base_tag(std::uint64_t sequence) {
+  // 20 bits of sequence number above 8 bits of per-algorithm phase: tags stay below 2^28.
+  return static_cast<Tag>((sequence & 0xfffffu) << 8);
+}
+
+void check_buffers(const char* op, const void* send, const void* recv, std::size_t count,
+                   std::size_t send_elems, std::size_t recv_elems, DataType type, int rank) {
+  const std::string where = std::string(op) + "(count=" + std::to_string(count) + ", " +
+                            std::string(to_string(type)) + ")";
+  HPCTRAIN_REQUIRE(send_elems == 0 || send != nullptr, where + ": send buffer is null");
+  HPCTRAIN_REQUIRE(recv_elems == 0 || recv != nullptr, where + ": receive buffer is null");
+  if (send && recv && send != recv && send_elems && recv_elems) {
+    const auto* s = static_cast<const std::byte*>(send);
+    const auto* r = static_cast<const std::byte*>(recv);
+    const std::size_t e = size_of(type);
+    const bool overlap = s < r + recv_elems * e && r < s + send_elems * e;
+    HPCTRAIN_REQUIRE(!overlap, where + ": send and receive buffers overlap without being the same "
+                               "buffer (pass the same pointer for in-place)");
+  }
+}
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<Transport> transport)
+    : Communicator(std::move(transport), Tuning::from_environment()) {}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport, Tuning tuning)
+    : transport_(std::move(transport)), tuning_(tuning) {
+  HPCTRAIN_REQUIRE(transport_ != nullptr, "Communicator: null transport");
+}
+
+Communicator::~Communicator() = default;  // the engine runs its queue and joins
+
+Communicator::Communicator(Communicator&& other) noexcept {
+  other.engine_.reset();  // runs the queued work (it points at `other`) and joins
+  transport_ = std::move(other.transport_);
+  tuning_ = other.tuning_;
+  scratch_ = std::move(other.scratch_);
+  sequence_ = other.sequence_;
+}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    engine_.reset();
+    other.engine_.reset();
+    transport_ = std::move(other.transport_);
+    tuning_ = other.tuning_;
+    scratch_ = std::move(other.scratch_);
+    sequence_ = other.sequence_;
+  }
+  return *this;
+}
+
+int Communicator::rank() const noexcept { return transport_->rank(); }
+int Communicator::size() const noexcept { return transport_->size(); }
+
+void Communicator::drain() const {
+  if (engine_) engine_->drain();
+}
+
+WaitPolicy Communicator::policy(const char* op, Algorithm algo) const {
+  WaitPolicy p;
+  p.timeout = std::chrono::duration<double>(tuning_.timeout_s);
+  p.what = std::string(op) + "(" + std::string(to_string(algo)) + ") #" + std::to_string(sequence_) +
+           " over " + transport_->name() + " with " + std::to_string(size()) + " ranks";
+  return p;
+}
+
+void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                                 ReduceOp op, Algorithm algo, std::uint64_t seq) {
+  const std::size_t bytes = count * size_of(type);
+  if (algo == Algorithm::automatic) algo = tuning_.choose_allreduce(bytes, size());
+  if (algo == Algorithm::mpi) {
+    HPCTRAIN_REQUIRE(transport_->vendor_allreduce(send, recv, count, type, op),
+                     "allreduce: algorithm 'mpi' (MPI_Allreduce) needs the MPI transport; this "
+                     "communicator runs over '" + transport_->name() + "'");
+    return;
+  }
+  if (send != recv && bytes) std::memcpy(recv, send, bytes);
+  const WaitPolicy wait_policy = policy("allreduce", algo);
+  detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
+  const ReduceOp combine = detail::combine_op(op);
+  switch (algo) {
+    case Algorithm::ring: detail::ring_allreduce(ctx, recv, count, type, combine); break;
+    case Algorithm::tree: detail::tree_allreduce(ctx, recv, count, type, combine); break;
+    case Algorithm::automatic:
+    case Algorithm::mpi: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
+  }
+  if (op == ReduceOp::avg) detail::divide_by(recv, count, type, size());
+}
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                             ReduceOp op, Algorithm algo) {
+  check_buffers("allreduce", send, recv, count, count, count, type, rank());
+  if (algo == Algorithm::automatic) algo = tuning_.allreduce_algorithm;
+  drain();
+  run_allreduce(send, recv, count, type, op, algo, sequence_++);
+}
+
+Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType type,
+                              ReduceOp op, Algorithm algo) {
+  check_buffers("iallreduce", send, recv, count, count, count, type, rank());
+  if (algo == Algorithm::automatic) algo = tuning_.allreduce_algorithm;
+  if (!engine_) engine_ = std::make_unique<ProgressEngine>();
+  const std::uint64_t seq = sequence_++;
+  return Work(engine_->submit([=] { run_allreduce(send, recv, count, type, op, algo, seq); }));
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                                  ReduceOp op) {
+  const std::size_t p = static_cast<std::size_t>(size());
+  check_buffers("reduce_scatter", send, recv, recv_count, recv_count * p, recv_count, type, rank());
+  drain();
+  const std::uint64_t seq = sequence_++;
+  const std::size_t elem = size_of(type);
+  if (recv_count == 0) return;
+  // The ring reduces in place, so it works on a copy of the send buffer.
+  std::vector<std::byte> work(static_cast<const std::byte*>(send),
+                              static_cast<const std::byte*>(send) + recv_count * p * elem);
+  std::vector<std::size_t> offsets(p + 1);
+  for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * recv_count;
+  const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring);
+  detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
+  detail::ring_reduce_scatter(ctx, work.data(), offsets, type, detail::combine_op(op));
+  std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
+  if (op == ReduceOp::avg) detail::divide_by(recv, recv_count, type, size());
+}
+
+void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  const std::size_t p = static_cast<std::size_t>(size());
+  const std::size_t elem = size_of(type);
+  auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * elem;
+  if (send != own) check_buffers("allgather", send, recv, count, count, count * p, type, rank());
+  drain();
+  const std::uint64_t seq = sequence_++;
+  if (count == 0) return;
+  if (send != own) std::memcpy(own, send, count * elem);
+  std::vector<std::size_t> offsets(p + 1);
+  for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * count;
+  const WaitPolicy wait_policy = policy("allgather", Algorithm::ring);
+  detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
+  detail::ring_allgather(ctx, recv, offsets, type);
+}
+
+void Communicator::broadcast(void* buf, std::size_t count, DataType type, int root) {
+  HPCTRAIN_REQUIRE(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
+                                                   " outside [0, " + std::to_string(size()) + ")");
+  check_buffers("broadcast", buf, buf, count, count, count, type, rank());
+  drain();
+  const std::uint64_t seq = sequence_++;
+  if (count == 0) return;
+  const WaitPolicy wait_policy = policy("broadcast", Algorithm::tree);
+  detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
+  detail::binomial_broadcast(ctx, buf, count * size_of(type), root);
+}
+
+void Communicator::barrier() {
+  drain();
+  const std::uint64_t seq = sequence_++;
+  const WaitPolicy wait_policy = policy("barrier", Algorithm::tree);
+  detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
+  detail::dissemination_barrier(ctx);
+}
+
+Communicator Communicator::split(int color, int key) const {
+  drain();
+  return Communicator(transport_->split(color, key), tuning_);
+}
+
+}  // namespace hpctrain::coll

@@ -1,0 +1,214 @@
+#include "hpctrain/collectives/mpi_transport.hpp"
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "hpctrain/collectives/error.hpp"
+#include "reduce.hpp"
+
+namespace hpctrain {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+}  // namespace hpctrain
+
+namespace hpctrain::coll {
+
+namespace {
+
+bool mpi_is_up() noexcept {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+/// Owns a duplicated communicator; frees it only while MPI is up (destructor never throws).
+class CommHandle {
+ public:
+  explicit CommHandle(MPI_Comm comm) : comm_(comm) {}
+  ~CommHandle() {
+    if (comm_ != MPI_COMM_NULL && mpi_is_up()) MPI_Comm_free(&comm_);
+  }
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+  MPI_Comm get() const noexcept { return comm_; }
+
+ private:
+  MPI_Comm comm_;
+};
+
+// ---- MPI datatypes and ops for the vendor all-reduce ---------------------------------------
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::f32: return MPI_FLOAT;
+    case DataType::f64: return MPI_DOUBLE;
+    case DataType::i32: return MPI_INT32_T;
+    case DataType::i64: return MPI_INT64_T;
+    case DataType::f16:
+    case DataType::bf16: return MPI_UINT16_T;  // combined by a user op below
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+template <DataType T, ReduceOp O>
+void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  detail::reduce_into(inout, in, static_cast<std::size_t>(*len), T, O);
+}
+
+// MPI has no 16-bit float types: user ops (commutative) combine them in float. Created once,
+// released by MPI_Finalize.
+MPI_Op half_mpi_op(DataType t, ReduceOp op) {
+  static const auto ops = [] {
+    std::array<std::array<MPI_Op, 4>, 2> table{};
+    using Fn = MPI_User_function*;
+    const std::array<std::array<Fn, 4>, 2> fns = {{
+        {half_op<DataType::f16, ReduceOp::sum>, half_op<DataType::f16, ReduceOp::prod>,
+         half_op<DataType::f16, ReduceOp::min>, half_op<DataType::f16, ReduceOp::max>},
+        {half_op<DataType::bf16, ReduceOp::sum>, half_op<DataType::bf16, ReduceOp::prod>,
+         half_op<DataType::bf16, ReduceOp::min>, half_op<DataType::bf16, ReduceOp::max>},
+    }};
+    for (std::size_t i = 0; i < 2; ++i)
+      for (std::size_t j = 0; j < 4; ++j) HPCTRAIN_CHECK_MPI(MPI_Op_create(fns[i][j], 1, &table[i][j]));
+    return table;
+  }();
+  const std::size_t row = t == DataType::f16 ? 0 : 1;
+  return ops[row][static_cast<std::size_t>(detail::combine_op(op))];
+}
+
+MPI_Op mpi_op(DataType t, ReduceOp op) {
+  if (t == DataType::f16 || t == DataType::bf16) return half_mpi_op(t, op);
+  switch (detail::combine_op(op)) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::prod: return MPI_PROD;
+    case ReduceOp::min: return MPI_MIN;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::avg: break;
+  }
+  return MPI_OP_NULL;
+}
+
+class MpiTransport final : public Transport {
+ public:
+  explicit MpiTransport(MPI_Comm parent) : comm_(duplicate(parent)) {
+    HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm_.get(), &rank_));
+    HPCTRAIN_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
+    // Errors come back as return codes, not as MPI_ERRORS_ARE_FATAL aborts, so they carry our
+    // diagnostic.
+    HPCTRAIN_CHECK_MPI(MPI_Comm_set_errhandler(comm_.get(), MPI_ERRORS_RETURN));
+    void* attr = nullptr;
+    int flag = 0;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_get_attr(comm_.get(), MPI_TAG_UB, &attr, &flag));
+    tag_ub_ = flag ? *static_cast<int*>(attr) : 32767;
+  }
+  ~MpiTransport() override {
+    // Requests left behind by an aborted collective: cancel so the communicator can be freed.
+    if (!mpi_is_up()) return;
+    for (auto& r : requests_) {
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+    }
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  std::string name() const override { return "mpi"; }
+  MPI_Comm comm() const noexcept { return comm_.get(); }
+
+  Request isend(const void* buf, std::size_t bytes, int peer, Tag tag) override {
+    check(bytes, peer, tag, "isend");
+    Request r{acquire_slot(), peer, true};
+    HPCTRAIN_CHECK_MPI(MPI_Isend(buf, static_cast<int>(bytes), MPI_BYTE, peer, static_cast<int>(tag),
+                                 comm_.get(), &requests_[static_cast<std::size_t>(r.slot)]));
+    return r;
+  }
+  Request irecv(void* buf, std::size_t bytes, int peer, Tag tag) override {
+    check(bytes, peer, tag, "irecv");
+    Request r{acquire_slot(), peer, false};
+    HPCTRAIN_CHECK_MPI(MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, static_cast<int>(tag),
+                                 comm_.get(), &requests_[static_cast<std::size_t>(r.slot)]));
+    return r;
+  }
+  bool test(Request& r) override {
+    if (r.done()) return true;
+    int flag = 0;
+    MPI_Status status;
+    auto& mpi_request = requests_[static_cast<std::size_t>(r.slot)];
+    HPCTRAIN_CHECK_MPI(MPI_Test(&mpi_request, &flag, &status));
+    if (!flag) return false;
+    free_.push_back(r.slot);
+    r.slot = -1;
+    return true;
+  }
+
+  std::unique_ptr<Transport> split(int color, int key) override {
+    HPCTRAIN_REQUIRE(color >= 0, "split: color must be non-negative, got " + std::to_string(color));
+    MPI_Comm sub = MPI_COMM_NULL;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_split(comm_.get(), color, key, &sub));
+    CommHandle owner(sub);  // freed after the transport made its own duplicate
+    return std::make_unique<MpiTransport>(sub);
+  }
+
+  bool vendor_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                        ReduceOp op) override {
+    HPCTRAIN_REQUIRE(count <= static_cast<std::size_t>(INT32_MAX),
+                     "MPI_Allreduce: count " + std::to_string(count) + " exceeds INT_MAX");
+    HPCTRAIN_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                     mpi_type(type), mpi_op(type, op), comm_.get()));
+    if (op == ReduceOp::avg) detail::divide_by(recv, count, type, size_);
+    return true;
+  }
+
+ private:
+  static MPI_Comm duplicate(MPI_Comm parent) {
+    HPCTRAIN_REQUIRE(mpi_is_up(), "MpiTransport: MPI is not initialised (or already finalised)");
+    MPI_Comm dup = MPI_COMM_NULL;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_dup(parent, &dup));
+    return dup;
+  }
+  void check(std::size_t bytes, int peer, Tag tag, const char* what) const {
+    HPCTRAIN_REQUIRE(peer >= 0 && peer < size_, std::string(what) + ": peer " + std::to_string(peer) +
+                                                     " outside [0, " + std::to_string(size_) + ")");
+    HPCTRAIN_REQUIRE(tag <= static_cast<Tag>(tag_ub_),
+                     std::string(what) + ": tag " + std::to_string(tag) + " above MPI_TAG_UB");
+    HPCTRAIN_REQUIRE(bytes <= static_cast<std::size_t>(INT32_MAX),
+                     std::string(what) + ": message of " + std::to_string(bytes) +
+                         " bytes exceeds INT_MAX (split it into segments)");
+  }
+  std::int32_t acquire_slot() {
+    if (!free_.empty()) {
+      const std::int32_t s = free_.back();
+      free_.pop_back();
+      return s;
+    }
+    requests_.push_back(MPI_REQUEST_NULL);
+    return static_cast<std::int32_t>(requests_.size() - 1);
+  }
+
+  CommHandle comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  int tag_ub_ = 32767;
+  std::vector<MPI_Request> requests_;
+  std::vector<std::int32_t> free_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm) { return std::make_unique<MpiTransport>(comm); }
+
+MPI_Comm mpi_comm_of(const Transport& t) noexcept {
+  auto* m = dynamic_cast<const MpiTransport*>(&t);
+  return m ? m->comm() : MPI_COMM_NULL;
+}
+
+}  // namespace hpctrain::coll

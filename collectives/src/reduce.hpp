@@ -1,0 +1,20 @@
+#pragma once
+// Element-wise reduction kernels used by every algorithm (host memory).
+
+#include <cstddef>
+
+#include "hpctrain/collectives/types.hpp"
+
+namespace hpctrain::coll::detail {
+
+/// inout[i] = inout[i] (op) in[i] for i < count. `op` is sum, prod, min or max (avg is reduced
+/// as sum and scaled once at the end). f16/bf16 are combined in float and rounded once.
+void reduce_into(void* inout, const void* in, std::size_t count, DataType type, ReduceOp op);
+
+/// buf[i] /= ranks (float types) or truncating integer division (integer types).
+void divide_by(void* buf, std::size_t count, DataType type, int ranks);
+
+/// The op the algorithms run for `op` (avg -> sum).
+inline ReduceOp combine_op(ReduceOp op) noexcept { return op == ReduceOp::avg ? ReduceOp::sum : op; }
+
+}  // namespace hpctrain::coll::detail

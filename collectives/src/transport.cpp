@@ -1,0 +1,67 @@
+#include "hpctrain/collectives/transport.hpp"
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include "hpctrain/collectives/error.hpp"
+#include "progress_wait.hpp"
+
+namespace hpctrain::coll {
+
+namespace detail {
+
+SpinWait::SpinWait(const WaitPolicy& policy)
+    : policy_(policy), start_(std::chrono::steady_clock::now()) {}
+
+bool SpinWait::expired() {
+  // Spin hard for a while (lowest latency), then yield so oversubscribed ranks can run.
+  ++spins_;
+  if (spins_ > 64) std::this_thread::yield();
+  if (policy_.timeout.count() <= 0.0 || (spins_ & 255u) != 0) return false;
+  return std::chrono::steady_clock::now() - start_ > policy_.timeout;
+}
+
+void SpinWait::fail(const Request* reqs, std::size_t n) const {
+  std::ostringstream os;
+  os << (policy_.what.empty() ? std::string("collective") : policy_.what) << " did not complete within "
+     << policy_.timeout.count() << " s (HPCTRAIN_COLL_TIMEOUT_S); still waiting for:";
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (reqs[i].done()) continue;
+    os << (any ? "," : "") << (reqs[i].is_send ? " send to rank " : " receive from rank ")
+       << reqs[i].peer;
+    any = true;
+  }
+  if (!any) os << " (nothing posted)";
+  throw TimeoutError(os.str(), __FILE__, __LINE__);
+}
+
+}  // namespace detail
+
+void wait_all(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& policy) {
+  detail::SpinWait spin(policy);
+  for (;;) {
+    bool all = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!reqs[i].done() && !t.test(reqs[i])) all = false;
+    }
+    if (all) return;
+    if (spin.expired()) spin.fail(reqs, n);
+  }
+}
+
+std::size_t wait_any(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& policy) {
+  detail::SpinWait spin(policy);
+  bool any_pending = false;
+  for (std::size_t i = 0; i < n; ++i) any_pending = any_pending || !reqs[i].done();
+  HPCTRAIN_REQUIRE(any_pending, "wait_any: no pending request");
+  for (;;) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!reqs[i].done() && t.test(reqs[i])) return i;
+    }
+    if (spin.expired()) spin.fail(reqs, n);
+  }
+}
+
+}  // namespace hpctrain::coll

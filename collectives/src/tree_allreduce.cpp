@@ -1,0 +1,291 @@
+// Tree all-reduce.
+//
+// Small messages (≤ Tuning::tree_binomial_max_bytes): binomial reduce to rank 0, then binomial
+// broadcast. 2⌈lg p⌉ α + 2⌈lg p⌉ n·β + ⌈lg p⌉ n·γ: latency-optimal up to a factor of two, the
+// right shape when α dominates.
+//
+// Large messages: pipelined double binary tree (Sanders, Speck & Träff 2009). The buffer is
+// split in two halves; half A is reduced up and broadcast down tree A, half B along tree B.
+// Tree A is the in-order balanced binary tree over ranks 0..p-1 (interior nodes at odd
+// positions when p = 2^k-1); tree B is the same tree over positions shifted by one rank, so a
+// rank that is interior in one tree is (for most p) a leaf in the other, and every rank sends
+// and receives about n bytes in total instead of a single tree's 2n at interior nodes. Each
+// half moves in segments (Tuning::tree_segment_bytes): a rank reduces segment k of its
+// children and passes it up while segment k+1 is still arriving; the root turns segments
+// around as soon as they are reduced. Cost ≈ 2 lg p · α·(segments) + 2n·β... with the
+// pipeline hiding the depth: time ≈ (2 lg p + n/seg) · (α + seg·β).
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <string>
+
+#include "algorithms.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "progress_wait.hpp"
+#include "reduce.hpp"
+
+namespace hpctrain::coll::detail {
+
+namespace {
+
+constexpr Tag kBinomialReduceTag = 8;
+constexpr Tag kBinomialBcastTag = 9;
+constexpr Tag kTreeUpTag[2] = {16, 17};
+constexpr Tag kTreeDownTag[2] = {18, 19};
+
+// ---- binomial ---------------------------------------------------------------------------
+
+void binomial_reduce(CollContext& ctx, std::byte* data, std::size_t count, DataType type,
+                     ReduceOp op) {
+  Transport& t = ctx.transport;
+  const int p = t.size(), r = t.rank();
+  const std::size_t bytes = count * size_of(type);
+  std::byte* incoming = ctx.scratch_bytes(bytes);
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (r & mask) {  // send the partial result to the parent and stop
+      Request req = t.isend(data, bytes, r - mask, ctx.base_tag | kBinomialReduceTag);
+      wait_all(t, &req, 1, ctx.policy);
+      return;
+    }
+    if (r + mask < p) {
+      Request req = t.irecv(incoming, bytes, r + mask, ctx.base_tag | kBinomialReduceTag);
+      wait_all(t, &req, 1, ctx.policy);
+      reduce_into(data, incoming, count, type, op);
+    }
+  }
+}
+
+void binomial_broadcast_tagged(CollContext& ctx, void* buf, std::size_t bytes, int root, Tag tag) {
+  Transport& t = ctx.transport;
+  const int p = t.size();
+  const int vr = (t.rank() - root + p) % p;  // rank relative to the root
+  int mask = 1;
+  while (mask < p) {
+    if (vr & mask) {
+      Request req = t.irecv(buf, bytes, (vr - mask + root) % p, tag);
+      wait_all(t, &req, 1, ctx.policy);
+      break;
+    }
+    mask <<= 1;
+  }
+  std::array<Request, 32> sends;
+  std::size_t n = 0;
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < p) sends[n++] = t.isend(buf, bytes, (vr + mask + root) % p, tag);
+  }
+  wait_all(t, sends.data(), n, ctx.policy);
+}
+
+// ---- double binary tree -----------------------------------------------------------------
+
+struct TreeNode {
+  int parent = -1;
+  std::array<int, 2> children{-1, -1};
+  int child_count() const { return (children[0] >= 0) + (children[1] >= 0); }
+};
+
+/// Node of `position` in the in-order balanced binary tree over positions [lo, hi).
+void locate(int lo, int hi, int parent, int position, TreeNode& node) {
+  const int mid = lo + (hi - lo) / 2;
+  if (position == mid) {
+    node.parent = parent;
+    node.children = {lo < mid ? lo + (mid - lo) / 2 : -1, mid + 1 < hi ? mid + 1 + (hi - mid - 1) / 2 : -1};
+    return;
+  }
+  if (position < mid) locate(lo, mid, mid, position, node);
+  else locate(mid + 1, hi, mid, position, node);
+}
+
+/// Tree `which` (0 = A, 1 = B) of rank r among p: B is A over positions shifted by one.
+TreeNode tree_of(int which, int r, int p) {
+  const int shift = which;  // position = (rank + shift) mod p
+  TreeNode pos;
+  locate(0, p, -1, (r + shift) % p, pos);
+  auto to_rank = [&](int position) { return position < 0 ? -1 : (position - shift + p) % p; };
+  TreeNode node;
+  node.parent = to_rank(pos.parent);
+  node.children = {to_rank(pos.children[0]), to_rank(pos.children[1])};
+  return node;
+}
+
+/// The pipelined up/down schedule of one half along one tree, driven by poll() calls.
+class TreePipeline {
+ public:
+  TreePipeline(CollContext& ctx, int which, std::byte* data, std::size_t begin, std::size_t end,
+               DataType type, ReduceOp op, std::byte* scratch, std::size_t window)
+      : t_(ctx.transport),
+        node_(tree_of(which, ctx.transport.rank(), ctx.transport.size())),
+        up_tag_(ctx.base_tag | kTreeUpTag[which]),
+        down_tag_(ctx.base_tag | kTreeDownTag[which]),
+        elem_(size_of(type)),
+        seg_(std::max<std::size_t>(1, ctx.tuning.tree_segment_bytes / size_of(type))),
+        data_(data),
+        begin_(begin),
+        segments_(end > begin ? (end - begin + seg_ - 1) / seg_ : 0),
+        end_(end),
+        type_(type),
+        op_(op),
+        scratch_(scratch),
+        window_(window),
+        child_recv_(window * 2) {}
+
+  /// Scratch bytes one pipeline needs: a window of segments per child.
+  static std::size_t scratch_bytes(const Tuning& t, DataType type, std::size_t window) {
+    const std::size_t seg = std::max<std::size_t>(1, t.tree_segment_bytes / size_of(type));
+    return 2 * window * seg * size_of(type);
+  }
+
+  bool finished() const {
+    return reduced_ == segments_ && down_done_ == segments_ &&
+           pending_sends_.empty();
+  }
+
+  /// Advances whatever can advance; true if anything did.
+  bool poll() {
+    bool progress = false;
+    const int children = node_.child_count();
+    // 1. Keep up to `window` segments of children's contributions in flight.
+    while (children > 0 && up_posted_ < segments_ && up_posted_ < reduced_ + window_) {
+      const std::size_t k = up_posted_++;
+      const std::size_t slot = k % window_;
+      for (int c = 0; c < 2; ++c) {
+        if (node_.children[c] < 0) continue;
+        child_recv_[slot * 2 + c] =
+            t_.irecv(scratch(slot, c), length(k) * elem_, node_.children[c], up_tag_);
+      }
+      progress = true;
+    }
+    // 2. Reduce the next segment once all its children's parts are in; pass it on.
+    while (reduced_ < segments_ && (children == 0 || reduced_ < up_posted_)) {
+      const std::size_t k = reduced_, slot = k % window_;
+      bool ready = true;
+      for (int c = 0; c < 2; ++c) {
+        if (node_.children[c] >= 0 && !t_.test(child_recv_[slot * 2 + c])) ready = false;
+      }
+      if (!ready) break;
+      for (int c = 0; c < 2; ++c) {
+        if (node_.children[c] >= 0) reduce_into(segment(k), scratch(slot, c), length(k), type_, op_);
+      }
+      if (node_.parent >= 0) {
+        up_send_.push_back(t_.isend(segment(k), length(k) * elem_, node_.parent, up_tag_));
+      } else {
+        send_down(k);  // the root turns the segment around at once
+        ++down_done_;
+      }
+      ++reduced_;
+      progress = true;
+    }
+    // 3. Non-root: once segment k has left for the parent, receive its result in place.
+    while (node_.parent >= 0 && down_posted_ < up_send_.size() && t_.test(up_send_[down_posted_])) {
+      down_recv_.push_back(t_.irecv(segment(down_posted_), length(down_posted_) * elem_, node_.parent, down_tag_));
+      ++down_posted_;
+      progress = true;
+    }
+    // 4. Forward results to the children in order.
+    while (node_.parent >= 0 && down_done_ < down_recv_.size() && t_.test(down_recv_[down_done_])) {
+      send_down(down_done_);
+      ++down_done_;
+      progress = true;
+    }
+    // 5. Retire completed sends.
+    while (!pending_sends_.empty() && t_.test(pending_sends_.front())) {
+      pending_sends_.pop_front();
+      progress = true;
+    }
+    return progress;
+  }
+
+  /// The requests still pending, for a timeout diagnostic.
+  void pending(std::vector<Request>& out) const {
+    for (const auto& r : child_recv_) if (!r.done()) out.push_back(r);
+    for (const auto& r : up_send_) if (!r.done()) out.push_back(r);
+    for (const auto& r : down_recv_) if (!r.done()) out.push_back(r);
+    for (const auto& r : pending_sends_) if (!r.done()) out.push_back(r);
+    if (node_.parent >= 0 && down_posted_ < segments_ && up_send_.size() < segments_) {
+      out.push_back(Request{0, node_.parent, false});  // the parent's result is still due
+    }
+  }
+
+ private:
+  std::byte* segment(std::size_t k) const { return data_ + (begin_ + k * seg_) * elem_; }
+  std::size_t length(std::size_t k) const { return std::min(seg_, end_ - (begin_ + k * seg_)); }
+  std::byte* scratch(std::size_t slot, int child) const { return scratch_ + (slot * 2 + child) * seg_ * elem_; }
+  void send_down(std::size_t k) {
+    for (int c = 0; c < 2; ++c) {
+      if (node_.children[c] >= 0) {
+        pending_sends_.push_back(t_.isend(segment(k), length(k) * elem_, node_.children[c], down_tag_));
+      }
+    }
+  }
+
+  Transport& t_;
+  TreeNode node_;
+  Tag up_tag_, down_tag_;
+  std::size_t elem_, seg_;
+  std::byte* data_;
+  std::size_t begin_, segments_, end_;
+  DataType type_;
+  ReduceOp op_;
+  std::byte* scratch_;
+  std::size_t window_;
+  std::vector<Request> child_recv_;
+  std::vector<Request> up_send_, down_recv_;
+  std::deque<Request> pending_sends_;
+  std::size_t up_posted_ = 0, reduced_ = 0, down_posted_ = 0, down_done_ = 0;
+};
+
+void double_binary_tree(CollContext& ctx, std::byte* data, std::size_t count, DataType type, ReduceOp op) {
+  constexpr std::size_t window = 4;  // segments in flight per child: enough to cover α
+  const std::size_t per_tree = TreePipeline::scratch_bytes(ctx.tuning, type, window);
+  std::byte* scratch = ctx.scratch_bytes(2 * per_tree);
+  const std::size_t half = count / 2;
+  TreePipeline a(ctx, 0, data, 0, half, type, op, scratch, window);
+  TreePipeline b(ctx, 1, data, half, count, type, op, scratch + per_tree, window);
+  SpinWait spin(ctx.policy);
+  while (!(a.finished() && b.finished())) {
+    const bool progressed_a = a.poll();
+    const bool progressed_b = b.poll();
+    if (progressed_a || progressed_b) {
+      spin.reset_spins();
+      continue;
+    }
+    if (spin.expired()) {
+      std::vector<Request> pending;
+      a.pending(pending);
+      b.pending(pending);
+      spin.fail(pending.data(), pending.size());
+    }
+  }
+}
+
+}  // namespace
+
+void binomial_broadcast(CollContext& ctx, void* buf, std::size_t bytes, int root) {
+  if (ctx.transport.size() == 1) return;
+  binomial_broadcast_tagged(ctx, buf, bytes, root, ctx.base_tag | kBinomialBcastTag);
+}
+
+void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op) {
+  if (ctx.transport.size() == 1 || count == 0) return;
+  auto* data = static_cast<std::byte*>(buf);
+  if (count * size_of(type) <= ctx.tuning.tree_binomial_max_bytes) {
+    binomial_reduce(ctx, data, count, type, op);
+    binomial_broadcast_tagged(ctx, data, count * size_of(type), 0, ctx.base_tag | kBinomialBcastTag);
+    return;
+  }
+  double_binary_tree(ctx, data, count, type, op);
+}
+
+void dissemination_barrier(CollContext& ctx) {
+  Transport& t = ctx.transport;
+  const int p = t.size(), r = t.rank();
+  constexpr Tag kBarrierTag = 32;
+  for (int distance = 1; distance < p; distance <<= 1) {
+    std::array<Request, 2> reqs = {t.irecv(nullptr, 0, (r - distance + p) % p, ctx.base_tag | kBarrierTag),
+                                   t.isend(nullptr, 0, (r + distance) % p, ctx.base_tag | kBarrierTag)};
+    wait_all(t, reqs.data(), reqs.size(), ctx.policy);
+  }
+}
+
+}  // namespace hpctrain::coll::detail

@@ -1,0 +1,73 @@
+#include "hpctrain/collectives/tuning.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "hpctrain/collectives/error.hpp"
+
+namespace hpctrain::coll {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+std::size_t env_bytes(const char* name, std::size_t fallback, std::size_t min_value) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long parsed = std::strtoull(v, &end, 10);
+  std::size_t scale = 1;
+  std::string suffix = end ? end : "";
+  if (suffix == "K" || suffix == "KiB") scale = std::size_t{1} << 10;
+  else if (suffix == "M" || suffix == "MiB") scale = std::size_t{1} << 20;
+  else if (suffix == "G" || suffix == "GiB") scale = std::size_t{1} << 30;
+  else if (!suffix.empty()) scale = 0;
+  HPCTRAIN_REQUIRE(errno == 0 && end != v && scale != 0 && v[0] != '-',
+                   std::string(name) + "='" + v +
+                       "' is not a byte count (expected an integer, optionally with K/M/G)");
+  const std::size_t value = static_cast<std::size_t>(parsed) * scale;
+  HPCTRAIN_REQUIRE(value >= min_value, std::string(name) + "='" + v + "' must be at least " +
+                                           std::to_string(min_value));
+  return value;
+}
+
+}  // namespace
+
+Tuning Tuning::from_environment() {
+  Tuning t;
+  if (const char* v = env("HPCTRAIN_ALLREDUCE_ALGO")) {
+    t.allreduce_algorithm = parse_algorithm(v, "HPCTRAIN_ALLREDUCE_ALGO");
+  }
+  if (const char* v = env("HPCTRAIN_COLL_TIMEOUT_S")) {
+    char* end = nullptr;
+    errno = 0;
+    const double s = std::strtod(v, &end);
+    HPCTRAIN_REQUIRE(errno == 0 && end != v && *end == '\0' && s >= 0.0,
+                     std::string("HPCTRAIN_COLL_TIMEOUT_S='") + v +
+                         "' is not a non-negative number of seconds (0 disables the timeout)");
+    t.timeout_s = s;
+  }
+  // Segments below 4 KiB cost more in per-message latency than they gain in overlap.
+  t.ring_segment_bytes = env_bytes("HPCTRAIN_RING_SEGMENT_BYTES", t.ring_segment_bytes, 4096);
+  t.ring_window = env_bytes("HPCTRAIN_RING_WINDOW", t.ring_window, 1);
+  t.tree_segment_bytes = env_bytes("HPCTRAIN_TREE_SEGMENT_BYTES", t.tree_segment_bytes, 4096);
+  t.tree_binomial_max_bytes =
+      env_bytes("HPCTRAIN_TREE_BINOMIAL_MAX_BYTES", t.tree_binomial_max_bytes, 0);
+  t.auto_tree_max_bytes = env_bytes("HPCTRAIN_AUTO_TREE_MAX_BYTES", t.auto_tree_max_bytes, 0);
+  return t;
+}
+
+Algorithm Tuning::choose_allreduce(std::size_t bytes, int ranks) const noexcept {
+  if (allreduce_algorithm != Algorithm::automatic) return allreduce_algorithm;
+  // Latency-bound messages: the tree's lg p steps beat the ring's 2(p-1).
+  // Bandwidth-bound: the ring moves the minimum 2(p-1)/p n bytes per rank.
+  (void)ranks;
+  return bytes <= auto_tree_max_bytes ? Algorithm::tree : Algorithm::ring;
+}
+
+}  // namespace hpctrain::coll

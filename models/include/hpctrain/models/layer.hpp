@@ -1,0 +1,68 @@
+#pragma once
+/// @file
+/// The Layer interface: forward and backward on a batch, parameters as named tensors.
+
+#include "hpctrain/core/init.hpp"
+#include "hpctrain/core/tensor.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpctrain::models {
+
+using core::NamedTensor;
+using core::Shape;
+using core::Tensor;
+
+/// What a layer needs of one parameter: the model allocates it in its contiguous buffer.
+struct ParameterSpec {
+  std::string name;  ///< "weight", "bias"
+  Shape shape;
+  core::Init init = core::Init::zeros;
+  std::int64_t fan_in = 1;
+  std::int64_t fan_out = 1;
+};
+
+/// One layer. Tensors carry the batch as their first extent; "sample shapes" leave it out.
+///
+/// forward() returns a tensor the layer owns and overwrites on its next forward(); backward()
+/// must follow the forward() of the same batch, *adds* parameter gradients into the bound
+/// gradient tensors, and returns the input gradient (empty when need_input_grad is false).
+template <class T>
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  /// Short kind name: "dense", "conv2d", "relu", ...
+  virtual std::string kind() const = 0;
+  /// Output sample shape for an input sample shape; throws if the layer cannot take it.
+  virtual Shape output_shape(const Shape& input_sample_shape) const = 0;
+  virtual std::vector<ParameterSpec> parameter_specs() const { return {}; }
+  virtual Tensor<T> forward(const Tensor<T>& x, bool train) = 0;
+  virtual Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) = 0;
+  /// Where dropout-like layers draw random numbers; no-op for deterministic layers.
+  virtual void set_rng_stream(std::uint64_t /*seed*/, std::uint64_t /*layer_index*/) {}
+  virtual void set_rng_position(std::uint64_t /*step*/, std::int64_t /*first_sample*/) {}
+
+  /// Called once by the model: views for the parameters and gradients, in spec order.
+  void bind(std::vector<Tensor<T>> params, std::vector<Tensor<T>> grads);
+  /// The bound parameters / gradients, named by spec ("weight", "bias").
+  std::vector<NamedTensor<T>> parameters() const { return named(params_); }
+  std::vector<NamedTensor<T>> gradients() const { return named(grads_); }
+
+ protected:
+  const Tensor<T>& param(std::size_t i) const { return params_.at(i); }
+  const Tensor<T>& grad(std::size_t i) const { return grads_.at(i); }
+
+ private:
+  std::vector<NamedTensor<T>> named(const std::vector<Tensor<T>>& tensors) const;
+
+  std::vector<Tensor<T>> params_;
+  std::vector<Tensor<T>> grads_;
+};
+
+}  // namespace hpctrain::models

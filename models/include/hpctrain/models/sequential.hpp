@@ -1,0 +1,83 @@
+#pragma once
+/// @file
+/// A chain of layers whose parameters live in one contiguous buffer and whose gradients live in
+/// another, so data-parallel training can all-reduce gradient buckets without copies.
+
+#include "hpctrain/models/layer.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hpctrain::models {
+
+/// Where one parameter lies in the model's buffers (registration order = layer order, then
+/// the layer's spec order; the gradient has the same offset in the gradient buffer).
+struct ParameterInfo {
+  std::string name;  ///< "<layer index>.<kind>.<parameter>", e.g. "0.dense.weight"
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+  Shape shape;
+};
+
+/// A sequential model. Build it with add(), then finalize() allocates and initialises the
+/// parameters; after that the layer list is fixed.
+template <class T>
+class Sequential {
+ public:
+  /// `input_sample_shape` excludes the batch, e.g. {1, 28, 28}.
+  explicit Sequential(Shape input_sample_shape);
+  Sequential(const Sequential&) = delete;
+  Sequential& operator=(const Sequential&) = delete;
+
+  /// Appends a layer; throws if it cannot take the current output shape or after finalize().
+  Sequential& add(std::unique_ptr<Layer<T>> layer);
+  /// Allocates the parameter and gradient buffers, binds every layer's views into them and
+  /// initialises the parameters from `seed`.
+  void finalize(std::uint64_t seed);
+  bool finalized() const { return finalized_; }
+
+  /// Re-initialises every parameter: element i of parameter p depends only on (seed, p, i).
+  void initialize_parameters(std::uint64_t seed);
+
+  /// Runs the batch x[N, input sample shape...] through the layers; returns [N, output...].
+  Tensor<T> forward(const Tensor<T>& x, bool train);
+  /// Back-propagates dL/d(output), adding into the gradient buffer. Returns dL/dx when
+  /// need_input_grad (tests), else an empty tensor (saves the first layer's input gradient).
+  Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad = false);
+  /// Sets the gradient buffer to zero (call once per step, before the first backward).
+  void zero_gradients();
+  /// Where dropout draws from: the training step and the global index of the first sample of
+  /// this rank's part of the batch.
+  void set_rng_position(std::uint64_t step, std::int64_t first_sample);
+
+  const core::Vec<T>& parameter_buffer() const { return params_; }
+  const core::Vec<T>& gradient_buffer() const { return grads_; }
+  const std::vector<ParameterInfo>& parameter_info() const { return info_; }
+  std::int64_t parameter_count() const { return static_cast<std::int64_t>(params_.extent(0)); }
+  /// Views into the buffers, named as in parameter_info().
+  std::vector<NamedTensor<T>> parameters() const { return named_views(params_); }
+  std::vector<NamedTensor<T>> gradients() const { return named_views(grads_); }
+
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+  std::size_t layer_count() const { return layers_.size(); }
+  Layer<T>& layer(std::size_t i) { return *layers_.at(i); }
+  /// One line per layer: index, kind, output shape, parameter count.
+  std::string summary() const;
+
+ private:
+  std::vector<NamedTensor<T>> named_views(const core::Vec<T>& buffer) const;
+
+  Shape input_shape_;
+  Shape output_shape_;
+  std::vector<std::unique_ptr<Layer<T>>> layers_;
+  std::vector<Shape> layer_outputs_;
+  std::vector<ParameterInfo> info_;
+  std::vector<ParameterSpec> specs_;
+  core::Vec<T> params_;
+  core::Vec<T> grads_;
+  bool finalized_ = false;
+};
+
+}  // namespace hpctrain::models

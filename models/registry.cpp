@@ -1,0 +1,174 @@
+#include "hpctrain/models/registry.hpp"
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/models/layers.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+namespace hpctrain::models {
+
+namespace {
+
+using nlohmann::json;
+
+void check_keys(const json& config, const std::set<std::string>& allowed) {
+  HPCTRAIN_REQUIRE(config.is_object(), "model config must be a JSON object");
+  for (const auto& item : config.items()) {
+    HPCTRAIN_REQUIRE(allowed.count(item.key()) != 0,
+                     "unknown key '" + item.key() + "' in the config of model '" +
+                         config.value("name", std::string("?")) + "'");
+  }
+}
+
+/// The settings mlp and cnn share, with their defaults.
+struct CommonConfig {
+  Shape input_shape;
+  std::int64_t classes;
+  std::vector<std::int64_t> hidden;
+  Activation activation;
+  double dropout;
+  core::Init init;
+  std::uint64_t seed;
+
+  CommonConfig(const json& c, std::vector<std::int64_t> default_hidden)
+      : input_shape(c.value("input_shape", Shape{1, 28, 28})),
+        classes(c.value("classes", std::int64_t{10})),
+        hidden(c.value("hidden", default_hidden)),
+        activation(parse_activation(c.value("activation", std::string("relu")))),
+        dropout(c.value("dropout", 0.0)),
+        init(core::parse_init(c.value("init", std::string("he")))),
+        seed(c.value("seed", std::uint64_t{0})) {
+    HPCTRAIN_REQUIRE(classes >= 2, "a classifier needs at least 2 classes");
+    for (const std::int64_t h : hidden) {
+      HPCTRAIN_REQUIRE(h > 0, "hidden sizes must be positive");
+    }
+  }
+};
+
+/// hidden dense layers (each followed by the activation and, if set, dropout), then the
+/// classifier layer; `in` is the flattened feature count.
+template <class T>
+void add_dense_head(Sequential<T>& model, const CommonConfig& c, std::int64_t in) {
+  for (const std::int64_t h : c.hidden) {
+    model.add(std::make_unique<Dense<T>>(in, h, c.init));
+    model.add(std::make_unique<ActivationLayer<T>>(c.activation));
+    if (c.dropout > 0.0) model.add(std::make_unique<Dropout<T>>(c.dropout));
+    in = h;
+  }
+  model.add(std::make_unique<Dense<T>>(in, c.classes, c.init));
+}
+
+const std::set<std::string> kCommonKeys{"name",    "input_shape", "classes", "hidden",
+                                        "activation", "dropout",  "init",    "seed"};
+
+template <class T>
+std::unique_ptr<Sequential<T>> build_mlp(const json& config) {
+  check_keys(config, kCommonKeys);
+  const CommonConfig c(config, {512, 256});
+  auto model = std::make_unique<Sequential<T>>(c.input_shape);
+  if (c.input_shape.size() > 1) model->add(std::make_unique<Flatten<T>>());
+  add_dense_head(*model, c, core::shape_size(c.input_shape));
+  model->finalize(c.seed);
+  return model;
+}
+
+template <class T>
+std::unique_ptr<Sequential<T>> build_cnn(const json& config) {
+  std::set<std::string> keys = kCommonKeys;
+  keys.insert({"channels", "kernel", "pool"});
+  check_keys(config, keys);
+  const CommonConfig c(config, {256});
+  const auto channels = config.value("channels", std::vector<std::int64_t>{32, 64});
+  const auto kernel = config.value("kernel", std::int64_t{5});
+  const auto pool = config.value("pool", std::int64_t{2});
+  HPCTRAIN_REQUIRE(c.input_shape.size() == 3,
+                   "cnn input_shape must be [channels, height, width], got " +
+                       core::shape_string(c.input_shape));
+  HPCTRAIN_REQUIRE(kernel > 0 && kernel % 2 == 1, "cnn kernel must be odd (same padding)");
+  HPCTRAIN_REQUIRE(pool > 0, "cnn pool must be positive");
+  auto model = std::make_unique<Sequential<T>>(c.input_shape);
+  std::int64_t in_c = c.input_shape[0];
+  for (const std::int64_t ch : channels) {
+    HPCTRAIN_REQUIRE(ch > 0, "cnn channels must be positive");
+    model->add(std::make_unique<Conv2D<T>>(in_c, ch, kernel, 1, kernel / 2, c.init));
+    model->add(std::make_unique<ActivationLayer<T>>(c.activation));
+    model->add(std::make_unique<MaxPool2D<T>>(pool));
+    in_c = ch;
+  }
+  model->add(std::make_unique<Flatten<T>>());
+  add_dense_head(*model, c, core::shape_size(model->output_shape()));
+  model->finalize(c.seed);
+  return model;
+}
+
+template <class T>
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, ModelFactory<T>> factories{{"mlp", build_mlp<T>}, {"cnn", build_cnn<T>}};
+};
+
+template <class T>
+Registry<T>& registry() {
+  static Registry<T> r;
+  return r;
+}
+
+}  // namespace
+
+template <class T>
+void register_model(const std::string& name, ModelFactory<T> factory) {
+  HPCTRAIN_REQUIRE(!name.empty() && factory, "register_model needs a name and a factory");
+  Registry<T>& r = registry<T>();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.factories[name] = std::move(factory);
+}
+
+template <class T>
+std::unique_ptr<Sequential<T>> build_model(const nlohmann::json& config) {
+  HPCTRAIN_REQUIRE(config.is_object() && config.contains("name") && config["name"].is_string(),
+                   "model config needs a string \"name\"");
+  const std::string name = config["name"].get<std::string>();
+  ModelFactory<T> factory;
+  {
+    Registry<T>& r = registry<T>();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    const auto it = r.factories.find(name);
+    if (it == r.factories.end()) {
+      std::string known;
+      for (const auto& kv : r.factories) known += (known.empty() ? "" : ", ") + kv.first;
+      HPCTRAIN_FAIL("unknown model '" + name + "' (registered: " + known + ")");
+    }
+    factory = it->second;
+  }
+  std::unique_ptr<Sequential<T>> model;
+  try {
+    model = factory(config);
+  } catch (const nlohmann::json::exception& e) {
+    HPCTRAIN_FAIL("model config for '" + name + "': " + e.what());
+  }
+  HPCTRAIN_REQUIRE(model != nullptr, "factory of model '" + name + "' returned nothing");
+  if (!model->finalized()) model->finalize(config.value("seed", std::uint64_t{0}));
+  return model;
+}
+
+template <class T>
+std::vector<std::string> registered_models() {
+  Registry<T>& r = registry<T>();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& kv : r.factories) names.push_back(kv.first);
+  return names;
+}
+
+#define HPCTRAIN_INSTANTIATE(T)                                                  \
+  template void register_model<T>(const std::string&, ModelFactory<T>);         \
+  template std::unique_ptr<Sequential<T>> build_model<T>(const nlohmann::json&); \
+  template std::vector<std::string> registered_models<T>();
+
+HPCTRAIN_INSTANTIATE(float)
+HPCTRAIN_INSTANTIATE(double)
+
+}  // namespace hpctrain::models

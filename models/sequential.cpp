@@ -1,0 +1,134 @@
+#include "hpctrain/models/sequential.hpp"
+
+#include "hpctrain/collectives/error.hpp"
+
+#include <sstream>
+
+namespace hpctrain::models {
+
+template <class T>
+Sequential<T>::Sequential(Shape input_sample_shape)
+    : input_shape_(std::move(input_sample_shape)), output_shape_(input_shape_) {
+  HPCTRAIN_REQUIRE(!input_shape_.empty() && core::shape_size(input_shape_) > 0,
+                   "model input shape must be non-empty, got " + core::shape_string(input_shape_));
+}
+
+template <class T>
+Sequential<T>& Sequential<T>::add(std::unique_ptr<Layer<T>> layer) {
+  HPCTRAIN_REQUIRE(!finalized_, "cannot add layers to a finalized model");
+  HPCTRAIN_REQUIRE(layer != nullptr, "cannot add a null layer");
+  output_shape_ = layer->output_shape(output_shape_);
+  layer_outputs_.push_back(output_shape_);
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+template <class T>
+void Sequential<T>::finalize(std::uint64_t seed) {
+  HPCTRAIN_REQUIRE(!finalized_, "model finalized twice");
+  HPCTRAIN_REQUIRE(!layers_.empty(), "a model needs at least one layer");
+  std::int64_t total = 0;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    for (const ParameterSpec& spec : layers_[l]->parameter_specs()) {
+      const std::int64_t count = core::shape_size(spec.shape);
+      info_.push_back({std::to_string(l) + "." + layers_[l]->kind() + "." + spec.name, total,
+                       count, spec.shape});
+      specs_.push_back(spec);
+      total += count;
+    }
+  }
+  params_ = core::Vec<T>("hpctrain::model::parameters", static_cast<std::size_t>(total));
+  grads_ = core::Vec<T>("hpctrain::model::gradients", static_cast<std::size_t>(total));
+  std::size_t next = 0;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    std::vector<Tensor<T>> p, g;
+    for (std::size_t i = 0; i < layers_[l]->parameter_specs().size(); ++i, ++next) {
+      const ParameterInfo& info = info_[next];
+      const auto range = std::make_pair(info.offset, info.offset + info.count);
+      p.emplace_back(Kokkos::subview(params_, range), info.shape);
+      g.emplace_back(Kokkos::subview(grads_, range), info.shape);
+    }
+    layers_[l]->bind(std::move(p), std::move(g));
+    layers_[l]->set_rng_stream(seed, l);
+  }
+  finalized_ = true;
+  initialize_parameters(seed);
+}
+
+template <class T>
+void Sequential<T>::initialize_parameters(std::uint64_t seed) {
+  HPCTRAIN_REQUIRE(finalized_, "initialize_parameters before finalize");
+  for (std::size_t p = 0; p < info_.size(); ++p) {
+    const auto range = std::make_pair(info_[p].offset, info_[p].offset + info_[p].count);
+    core::initialize<T>(Kokkos::subview(params_, range), specs_[p].init, specs_[p].fan_in,
+                        specs_[p].fan_out, seed, p);
+  }
+  for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->set_rng_stream(seed, l);
+}
+
+template <class T>
+Tensor<T> Sequential<T>::forward(const Tensor<T>& x, bool train) {
+  HPCTRAIN_REQUIRE(finalized_, "forward before finalize");
+  HPCTRAIN_REQUIRE(x.rank() >= 1, "model input needs a batch dimension");
+  const std::int64_t n = x.dim(0);
+  const std::int64_t per_sample = core::shape_size(input_shape_);
+  HPCTRAIN_REQUIRE(x.size() == n * per_sample,
+                   "model input " + core::shape_string(x.shape) + " is not a batch of " +
+                       core::shape_string(input_shape_));
+  Shape batched{n};
+  batched.insert(batched.end(), input_shape_.begin(), input_shape_.end());
+  Tensor<T> h = x.reshaped(batched);
+  for (auto& layer : layers_) h = layer->forward(h, train);
+  return h;
+}
+
+template <class T>
+Tensor<T> Sequential<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
+  HPCTRAIN_REQUIRE(finalized_, "backward before finalize");
+  Tensor<T> g = dy;
+  for (std::size_t l = layers_.size(); l-- > 0;) {
+    g = layers_[l]->backward(g, l > 0 || need_input_grad);
+  }
+  return g;
+}
+
+template <class T>
+void Sequential<T>::zero_gradients() {
+  Kokkos::deep_copy(grads_, T(0));
+}
+
+template <class T>
+void Sequential<T>::set_rng_position(std::uint64_t step, std::int64_t first_sample) {
+  for (auto& layer : layers_) layer->set_rng_position(step, first_sample);
+}
+
+template <class T>
+std::vector<NamedTensor<T>> Sequential<T>::named_views(const core::Vec<T>& buffer) const {
+  std::vector<NamedTensor<T>> out;
+  for (const ParameterInfo& info : info_) {
+    const auto range = std::make_pair(info.offset, info.offset + info.count);
+    out.push_back({info.name, Tensor<T>(Kokkos::subview(buffer, range), info.shape)});
+  }
+  return out;
+}
+
+template <class T>
+std::string Sequential<T>::summary() const {
+  std::ostringstream out;
+  out << "input " << core::shape_string(input_shape_) << '\n';
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    std::int64_t count = 0;
+    for (const ParameterSpec& spec : layers_[l]->parameter_specs()) {
+      count += core::shape_size(spec.shape);
+    }
+    out << l << ' ' << layers_[l]->kind() << " -> " << core::shape_string(layer_outputs_[l])
+        << "  params " << count << '\n';
+  }
+  out << "total params " << parameter_count() << '\n';
+  return out.str();
+}
+
+template class Sequential<float>;
+template class Sequential<double>;
+
+}  // namespace hpctrain::models

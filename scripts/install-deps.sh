@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package hpctrain's build, tests, demo and benchmarks need.
+# Idempotent and non-interactive; runs `apt-get update` once, only when something is missing.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake pkg-config git ca-certificates
+  # MPI, UCX, parallel HDF5
+  openmpi-bin libopenmpi-dev libucx-dev ucx-utils
+  libhdf5-openmpi-dev hdf5-tools
+  # Kokkos 3.4 (Serial) + Kokkos Kernels, BLAS
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  # small libraries used by the code
+  libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev zlib1g-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # real data and independent readers of our files
+  dataset-fashion-mnist python3-h5py python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

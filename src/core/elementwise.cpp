@@ -1,0 +1,161 @@
+#include "hpctrain/core/elementwise.hpp"
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/counter_rng.hpp"
+#include "hpctrain/core/kokkos_compat.hpp"
+
+namespace hpctrain::core {
+
+namespace {
+
+using Range = Kokkos::RangePolicy<ExecSpace>;
+
+template <class T>
+std::int64_t same_size(const Vec<T>& a, const Vec<T>& b, const char* what) {
+  HPCTRAIN_REQUIRE(a.extent(0) == b.extent(0),
+                   std::string(what) + ": sizes " + std::to_string(a.extent(0)) + " and " +
+                       std::to_string(b.extent(0)) + " differ");
+  return static_cast<std::int64_t>(a.extent(0));
+}
+
+}  // namespace
+
+template <class T>
+void add_row_bias(const Matrix<T>& y, const Vec<T>& b) {
+  HPCTRAIN_REQUIRE(y.extent(1) == b.extent(0), "add_row_bias: bias size mismatch");
+  const auto cols = static_cast<std::int64_t>(y.extent(1));
+  const auto n = static_cast<std::int64_t>(y.size());
+  const Matrix<T> yy = y;
+  const Vec<T> bb = b;
+  Kokkos::parallel_for(
+      "hpctrain::add_row_bias", Range(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { yy(i / cols, i % cols) += bb(i % cols); });
+}
+
+namespace {
+
+/// out(o) += sum_i m[o * outer_stride + i * inner_stride] for o < outer, i < inner: row sums
+/// (strides cols, 1) or column sums (strides 1, cols) of a row-major matrix.
+template <class T>
+void accumulate_strided_sums(const char* label, const Matrix<T>& m, std::int64_t outer,
+                             std::int64_t inner, std::int64_t outer_stride,
+                             std::int64_t inner_stride, const Vec<T>& out) {
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(out.extent(0)) == outer,
+                   std::string(label) + ": size mismatch");
+  T* const d = m.data();
+  Kokkos::parallel_for(
+      label, Range(0, outer), KOKKOS_LAMBDA(const std::int64_t o) {
+        T s = 0;
+        for (std::int64_t i = 0; i < inner; ++i) s += d[o * outer_stride + i * inner_stride];
+        out(o) += s;
+      });
+}
+
+}  // namespace
+
+template <class T>
+void accumulate_column_sums(const Matrix<T>& dy, const Vec<T>& db) {
+  const auto rows = static_cast<std::int64_t>(dy.extent(0));
+  const auto cols = static_cast<std::int64_t>(dy.extent(1));
+  accumulate_strided_sums("hpctrain::accumulate_column_sums", dy, cols, rows, 1, cols, db);
+}
+
+template <class T>
+void accumulate_row_sums(const Matrix<T>& m, const Vec<T>& db) {
+  const auto rows = static_cast<std::int64_t>(m.extent(0));
+  const auto cols = static_cast<std::int64_t>(m.extent(1));
+  accumulate_strided_sums("hpctrain::accumulate_row_sums", m, rows, cols, cols, 1, db);
+}
+
+template <class T>
+void relu_forward(const Vec<T>& x, const Vec<T>& y) {
+  const std::int64_t n = same_size(x, y, "relu_forward");
+  Kokkos::parallel_for(
+      "hpctrain::relu_forward", Range(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { y(i) = x(i) > T(0) ? x(i) : T(0); });
+}
+
+template <class T>
+void relu_backward(const Vec<T>& y, const Vec<T>& dy, const Vec<T>& dx) {
+  const std::int64_t n = same_size(y, dy, "relu_backward");
+  same_size(dy, dx, "relu_backward");
+  Kokkos::parallel_for(
+      "hpctrain::relu_backward", Range(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { dx(i) = y(i) > T(0) ? dy(i) : T(0); });
+}
+
+namespace {
+// sqrt(2 / pi) and the cubic coefficient of the tanh approximation of GELU.
+constexpr double kGeluScale = 0.7978845608028654;
+constexpr double kGeluCubic = 0.044715;
+}  // namespace
+
+template <class T>
+void gelu_forward(const Vec<T>& x, const Vec<T>& y) {
+  const std::int64_t n = same_size(x, y, "gelu_forward");
+  Kokkos::parallel_for(
+      "hpctrain::gelu_forward", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+        const T v = x(i);
+        const T u = T(kGeluScale) * (v + T(kGeluCubic) * v * v * v);
+        y(i) = T(0.5) * v * (T(1) + kmath::tanh(u));
+      });
+}
+
+template <class T>
+void gelu_backward(const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx) {
+  const std::int64_t n = same_size(x, dy, "gelu_backward");
+  same_size(dy, dx, "gelu_backward");
+  Kokkos::parallel_for(
+      "hpctrain::gelu_backward", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+        const T v = x(i);
+        const T u = T(kGeluScale) * (v + T(kGeluCubic) * v * v * v);
+        const T t = kmath::tanh(u);
+        const T du = T(kGeluScale) * (T(1) + T(3 * kGeluCubic) * v * v);
+        dx(i) = dy(i) * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
+      });
+}
+
+template <class T>
+void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per_sample,
+                   const Vec<T>& in, const Vec<T>& out) {
+  const std::int64_t n = same_size(in, out, "dropout_apply");
+  HPCTRAIN_REQUIRE(rate >= 0.0 && rate < 1.0, "dropout rate must be in [0, 1)");
+  HPCTRAIN_REQUIRE(elements_per_sample > 0 && n % elements_per_sample == 0,
+                   "dropout_apply: size is not a multiple of the sample size");
+  const std::uint64_t stream = key.stream;
+  const std::uint64_t step = key.step;
+  const std::int64_t first = key.first_sample;
+  const std::int64_t per = elements_per_sample;
+  const T keep_scale = T(1.0 / (1.0 - rate));
+  Kokkos::parallel_for(
+      "hpctrain::dropout_apply", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+        const auto sample = static_cast<std::uint64_t>(first + i / per);
+        const auto element = static_cast<std::uint64_t>(i % per);
+        const bool keep = uniform01(counter_hash(stream, step, sample, element)) >= rate;
+        out(i) = keep ? in(i) * keep_scale : T(0);
+      });
+}
+
+template <class T>
+void axpy(T alpha, const Vec<T>& x, const Vec<T>& y) {
+  const std::int64_t n = same_size(x, y, "axpy");
+  Kokkos::parallel_for(
+      "hpctrain::axpy", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) { y(i) += alpha * x(i); });
+}
+
+#define HPCTRAIN_INSTANTIATE(T)                                                             \
+  template void add_row_bias<T>(const Matrix<T>&, const Vec<T>&);                           \
+  template void accumulate_column_sums<T>(const Matrix<T>&, const Vec<T>&);                 \
+  template void accumulate_row_sums<T>(const Matrix<T>&, const Vec<T>&);                    \
+  template void relu_forward<T>(const Vec<T>&, const Vec<T>&);                              \
+  template void relu_backward<T>(const Vec<T>&, const Vec<T>&, const Vec<T>&);              \
+  template void gelu_forward<T>(const Vec<T>&, const Vec<T>&);                              \
+  template void gelu_backward<T>(const Vec<T>&, const Vec<T>&, const Vec<T>&);              \
+  template void dropout_apply<T>(const DropoutKey&, double, std::int64_t, const Vec<T>&,    \
+                                 const Vec<T>&);                                            \
+  template void axpy<T>(T, const Vec<T>&, const Vec<T>&);
+
+HPCTRAIN_INSTANTIATE(float)
+HPCTRAIN_INSTANTIATE(double)
+
+}  // namespace hpctrain::core

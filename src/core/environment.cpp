@@ -1,0 +1,52 @@
+#include "hpctrain/core/environment.hpp"
+
+#include "hpctrain/collectives/error.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+namespace hpctrain {
+
+Environment::Environment() {
+  int argc = 0;
+  char* args[] = {nullptr};
+  char** argv = args;
+  start(argc, argv);
+}
+
+Environment::Environment(int& argc, char**& argv) { start(argc, argv); }
+
+void Environment::start(int& argc, char**& argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) {
+    MPI_Query_thread(&thread_level_);
+  } else {
+    const int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_);
+    HPCTRAIN_REQUIRE(rc == MPI_SUCCESS, "MPI_Init_thread failed");
+    owns_mpi_ = true;
+  }
+  if (!Kokkos::is_initialized()) {
+    try {
+      Kokkos::initialize(argc, argv);
+    } catch (...) {
+      if (owns_mpi_) MPI_Finalize();
+      throw;
+    }
+    owns_kokkos_ = true;
+  }
+}
+
+Environment::~Environment() {
+  try {
+    if (owns_kokkos_ && Kokkos::is_initialized()) Kokkos::finalize();
+  } catch (...) {  // destructors never throw; nothing useful to do at exit
+  }
+  if (owns_mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+}
+
+}  // namespace hpctrain

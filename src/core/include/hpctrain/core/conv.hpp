@@ -1,0 +1,89 @@
+#pragma once
+/// @file
+/// 2-D convolution (im2col + gemm) and max-pooling on NCHW tensors.
+///
+/// Convolution lowers the whole batch at once: im2col writes col[(c,kh,kw), (n,oh,ow)], one
+/// gemm computes yt[f, (n,oh,ow)] = W[f, (c,kh,kw)] col, and a permute kernel writes y in NCHW
+/// adding the bias. Backward: dW += dyt col^T, db += row sums of dyt, dcol = W^T dyt and col2im
+/// gathers dcol into dx (a gather, so no atomics). Cost: 2 F C K^2 N Ho Wo flops per gemm;
+/// workspace (C K^2 + F) N Ho Wo elements.
+
+#include "hpctrain/core/tensor.hpp"
+
+#include <cstdint>
+
+namespace hpctrain::core {
+
+struct Conv2dGeometry {
+  std::int64_t batch = 0;
+  std::int64_t in_channels = 0;
+  std::int64_t height = 0;
+  std::int64_t width = 0;
+  std::int64_t out_channels = 0;
+  std::int64_t kernel = 1;
+  std::int64_t stride = 1;
+  std::int64_t pad = 0;
+
+  std::int64_t out_height() const { return (height + 2 * pad - kernel) / stride + 1; }
+  std::int64_t out_width() const { return (width + 2 * pad - kernel) / stride + 1; }
+  /// Rows of the im2col matrix: C K K.
+  std::int64_t col_rows() const { return in_channels * kernel * kernel; }
+  /// Columns of the im2col matrix: N Ho Wo.
+  std::int64_t col_cols() const { return batch * out_height() * out_width(); }
+  /// Throws unless every extent is positive and the kernel fits the padded input.
+  void validate() const;
+};
+
+/// col[(c,kh,kw), (n,oh,ow)] = x[n, c, oh*s - p + kh, ow*s - p + kw] (0 outside).
+template <class T>
+void im2col(const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& col);
+
+/// dx[n,c,h,w] = sum of dcol entries that im2col took from (n,c,h,w). Overwrites dx.
+template <class T>
+void col2im(const Conv2dGeometry& g, const Vec<T>& dcol, const Vec<T>& dx);
+
+/// Scratch space one convolution needs; sized on first use, reused while shapes stay.
+template <class T>
+struct Conv2dWorkspace {
+  Vec<T> col;   ///< [C K K, N Ho Wo], kept from forward for backward
+  Vec<T> yt;    ///< [F, N Ho Wo]
+  Vec<T> dcol;  ///< [C K K, N Ho Wo]
+  void reserve(const Conv2dGeometry& g);
+};
+
+/// y[N, F, Ho, Wo] = conv(x[N, C, H, W], w[F, C, K, K]) + b[F].
+template <class T>
+void conv2d_forward(const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& w, const Vec<T>& b,
+                    Conv2dWorkspace<T>& ws, const Vec<T>& y);
+
+/// dw += dL/dw, db += dL/db, and dx = dL/dx when dx is non-empty. Needs the workspace filled
+/// by the conv2d_forward of the same input.
+template <class T>
+void conv2d_backward(const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
+                     Conv2dWorkspace<T>& ws, const Vec<T>& dw, const Vec<T>& db,
+                     const Vec<T>& dx);
+
+struct Pool2dGeometry {
+  std::int64_t batch = 0;
+  std::int64_t channels = 0;
+  std::int64_t height = 0;
+  std::int64_t width = 0;
+  std::int64_t kernel = 2;
+  std::int64_t stride = 2;
+
+  std::int64_t out_height() const { return (height - kernel) / stride + 1; }
+  std::int64_t out_width() const { return (width - kernel) / stride + 1; }
+  void validate() const;
+};
+
+/// y = max over each window; argmax[o] = flat index into x of the maximum (first on ties).
+template <class T>
+void maxpool2d_forward(const Pool2dGeometry& g, const Vec<T>& x, const Vec<T>& y,
+                       const Kokkos::View<std::int64_t*, MemSpace>& argmax);
+
+/// dx = 0, then dx[argmax[o]] += dy[o] (atomic, so overlapping windows are fine).
+template <class T>
+void maxpool2d_backward(const Pool2dGeometry& g, const Vec<T>& dy,
+                        const Kokkos::View<std::int64_t*, MemSpace>& argmax, const Vec<T>& dx);
+
+}  // namespace hpctrain::core

@@ -1,0 +1,60 @@
+#pragma once
+/// @file
+/// Element-wise and broadcast kernels: bias, activations, dropout.
+///
+/// Backward kernels *overwrite* their input-gradient output; kernels that produce parameter
+/// gradients (bias) *accumulate*, so gradients of several micro-batches add up until the model
+/// zeroes them.
+
+#include "hpctrain/core/tensor.hpp"
+
+#include <cstdint>
+
+namespace hpctrain::core {
+
+/// y[i, j] += b[j] for a [rows, cols] y.
+template <class T>
+void add_row_bias(const Matrix<T>& y, const Vec<T>& b);
+
+/// db[j] += sum_i dy[i, j].
+template <class T>
+void accumulate_column_sums(const Matrix<T>& dy, const Vec<T>& db);
+
+/// db[i] += sum_j m[i, j].
+template <class T>
+void accumulate_row_sums(const Matrix<T>& m, const Vec<T>& db);
+
+/// y = max(x, 0).
+template <class T>
+void relu_forward(const Vec<T>& x, const Vec<T>& y);
+/// dx = dy where y > 0, else 0 (y is the forward output).
+template <class T>
+void relu_backward(const Vec<T>& y, const Vec<T>& dy, const Vec<T>& dx);
+
+/// GELU, tanh approximation (Hendrycks & Gimpel; the form GPT-2 and PyTorch's
+/// approximate="tanh" use): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <class T>
+void gelu_forward(const Vec<T>& x, const Vec<T>& y);
+/// dx = dy * d gelu(x)/dx (x is the forward input).
+template <class T>
+void gelu_backward(const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx);
+
+/// Where in the random stream a dropout mask lies. Element e of local sample s is kept iff
+/// uniform(hash(stream, step, first_sample + s, e)) >= rate, so the mask depends only on the
+/// global sample index, never on the rank count or the thread schedule.
+struct DropoutKey {
+  std::uint64_t stream = 0;       ///< hash of (seed, layer index)
+  std::uint64_t step = 0;         ///< training step
+  std::int64_t first_sample = 0;  ///< global index of the first local sample
+};
+
+/// out = in * mask / (1 - rate); the same call is the forward and the backward pass.
+template <class T>
+void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per_sample,
+                   const Vec<T>& in, const Vec<T>& out);
+
+/// y = alpha * x + y.
+template <class T>
+void axpy(T alpha, const Vec<T>& x, const Vec<T>& y);
+
+}  // namespace hpctrain::core

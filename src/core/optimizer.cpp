@@ -1,0 +1,162 @@
+#include "hpctrain/core/optimizer.hpp"
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/kokkos_compat.hpp"
+
+#include <cmath>
+
+namespace hpctrain::core {
+
+namespace {
+
+using Range = Kokkos::RangePolicy<ExecSpace>;
+
+template <class T>
+std::int64_t check_step_args(const Vec<T>& params, const Vec<T>& grads, const Vec<T>& state) {
+  HPCTRAIN_REQUIRE(params.extent(0) == grads.extent(0),
+                   "optimizer step: " + std::to_string(params.extent(0)) + " parameters but " +
+                       std::to_string(grads.extent(0)) + " gradients");
+  HPCTRAIN_REQUIRE(state.extent(0) == params.extent(0),
+                   "optimizer step: state holds " + std::to_string(state.extent(0)) +
+                       " elements, parameters " + std::to_string(params.extent(0)));
+  return static_cast<std::int64_t>(params.extent(0));
+}
+
+}  // namespace
+
+template <class T>
+Sgd<T>::Sgd(const SgdOptions& options) : Optimizer<T>(options.lr), options_(options) {
+  HPCTRAIN_REQUIRE(options.momentum >= 0.0 && options.weight_decay >= 0.0,
+                   "sgd: momentum and weight decay must be non-negative");
+  HPCTRAIN_REQUIRE(!options.nesterov || options.momentum > 0.0,
+                   "sgd: Nesterov momentum needs momentum > 0");
+}
+
+template <class T>
+void Sgd<T>::allocate_state(std::int64_t count) {
+  if (options_.momentum > 0.0) momentum_ = Vec<T>("hpctrain::sgd::momentum", static_cast<std::size_t>(count));
+}
+
+template <class T>
+std::vector<NamedTensor<T>> Sgd<T>::state() const {
+  if (momentum_.extent(0) == 0) return {};
+  return {{"momentum", Tensor<T>(momentum_, {static_cast<std::int64_t>(momentum_.extent(0))})}};
+}
+
+template <class T>
+void Sgd<T>::step(const Vec<T>& params, const Vec<T>& grads) {
+  const T lr = static_cast<T>(this->lr_);
+  const T wd = static_cast<T>(options_.weight_decay);
+  const T mu = static_cast<T>(options_.momentum);
+  if (options_.momentum == 0.0) {
+    const std::int64_t n = check_step_args(params, grads, params);
+    Kokkos::parallel_for(
+        "hpctrain::sgd_step", Range(0, n),
+        KOKKOS_LAMBDA(const std::int64_t i) { params(i) -= lr * (grads(i) + wd * params(i)); });
+  } else {
+    if (momentum_.extent(0) == 0) allocate_state(static_cast<std::int64_t>(params.extent(0)));
+    const std::int64_t n = check_step_args(params, grads, momentum_);
+    const Vec<T> v = momentum_;
+    const bool first = this->steps_ == 0;
+    const bool nesterov = options_.nesterov;
+    Kokkos::parallel_for(
+        "hpctrain::sgd_momentum_step", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+          const T g = grads(i) + wd * params(i);
+          const T vi = first ? g : mu * v(i) + g;
+          v(i) = vi;
+          params(i) -= lr * (nesterov ? g + mu * vi : vi);
+        });
+  }
+  ++this->steps_;
+}
+
+template <class T>
+AdamW<T>::AdamW(const AdamWOptions& options) : Optimizer<T>(options.lr), options_(options) {
+  HPCTRAIN_REQUIRE(options.beta1 >= 0.0 && options.beta1 < 1.0 && options.beta2 >= 0.0 &&
+                       options.beta2 < 1.0,
+                   "adamw: betas must be in [0, 1)");
+  HPCTRAIN_REQUIRE(options.eps > 0.0 && options.weight_decay >= 0.0,
+                   "adamw: eps must be positive and weight decay non-negative");
+}
+
+template <class T>
+void AdamW<T>::allocate_state(std::int64_t count) {
+  exp_avg_ = Vec<T>("hpctrain::adamw::exp_avg", static_cast<std::size_t>(count));
+  exp_avg_sq_ = Vec<T>("hpctrain::adamw::exp_avg_sq", static_cast<std::size_t>(count));
+}
+
+template <class T>
+std::vector<NamedTensor<T>> AdamW<T>::state() const {
+  if (exp_avg_.extent(0) == 0) return {};
+  const Shape s{static_cast<std::int64_t>(exp_avg_.extent(0))};
+  return {{"exp_avg", Tensor<T>(exp_avg_, s)}, {"exp_avg_sq", Tensor<T>(exp_avg_sq_, s)}};
+}
+
+template <class T>
+void AdamW<T>::step(const Vec<T>& params, const Vec<T>& grads) {
+  if (exp_avg_.extent(0) == 0) allocate_state(static_cast<std::int64_t>(params.extent(0)));
+  const std::int64_t n = check_step_args(params, grads, exp_avg_);
+  const auto t = static_cast<double>(this->steps_ + 1);
+  const T lr = static_cast<T>(this->lr_);
+  const T decay = static_cast<T>(1.0 - this->lr_ * options_.weight_decay);
+  const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
+  const T bias1 = static_cast<T>(1.0 - std::pow(options_.beta1, t));
+  const T sqrt_bias2 = static_cast<T>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+  const T eps = static_cast<T>(options_.eps);
+  const Vec<T> m = exp_avg_, v = exp_avg_sq_;
+  Kokkos::parallel_for(
+      "hpctrain::adamw_step", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+        const T g = grads(i);
+        const T mi = b1 * m(i) + (T(1) - b1) * g;
+        const T vi = b2 * v(i) + (T(1) - b2) * g * g;
+        m(i) = mi;
+        v(i) = vi;
+        params(i) = params(i) * decay - lr * (mi / bias1) / (kmath::sqrt(vi) / sqrt_bias2 + eps);
+      });
+  ++this->steps_;
+}
+
+template <class T>
+double sum_of_squares(const Vec<T>& v) {
+  const Vec<T> x = v;
+  double sum = 0.0;
+  Kokkos::parallel_reduce(
+      "hpctrain::sum_of_squares", Range(0, static_cast<std::int64_t>(v.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i, double& s) {
+        const auto xi = static_cast<double>(x(i));
+        s += xi * xi;
+      },
+      sum);
+  return sum;
+}
+
+template <class T>
+void scale(const Vec<T>& v, T factor) {
+  const Vec<T> x = v;
+  Kokkos::parallel_for(
+      "hpctrain::scale", Range(0, static_cast<std::int64_t>(v.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i) { x(i) *= factor; });
+}
+
+template <class T>
+double clip_grad_norm(const Vec<T>& grads, double max_norm, const SumReduction& global_sum) {
+  HPCTRAIN_REQUIRE(max_norm > 0.0, "clip_grad_norm: max_norm must be positive");
+  const double local = sum_of_squares(grads);
+  const double norm = std::sqrt(global_sum ? global_sum(local) : local);
+  // The small constant keeps the clipped norm just below max_norm (as PyTorch does) and the
+  // factor finite when the norm is tiny.
+  if (norm > max_norm) scale(grads, static_cast<T>(max_norm / (norm + 1e-6)));
+  return norm;
+}
+
+#define HPCTRAIN_INSTANTIATE(T)                                                  \
+  template class Sgd<T>;                                                         \
+  template class AdamW<T>;                                                       \
+  template double sum_of_squares<T>(const Vec<T>&);                              \
+  template void scale<T>(const Vec<T>&, T);                                      \
+  template double clip_grad_norm<T>(const Vec<T>&, double, const SumReduction&);
+
+HPCTRAIN_INSTANTIATE(float)
+HPCTRAIN_INSTANTIATE(double)
+
+}  // namespace hpctrain::core

@@ -1,0 +1,348 @@
+// Every algorithm × ranks 1..16 × sizes × types × ops over the loopback transport (ranks are
+// threads), against the float64 / exact-integer reference of reference.hpp.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/loopback_transport.hpp"
+#include "reference.hpp"
+
+namespace hpctrain::coll {
+namespace {
+
+using testing::all_ops;
+using testing::all_types;
+
+/// Runs fn(comm) on `ranks` threads, one loopback rank each; rethrows the first exception.
+void run_ranks(int ranks, const Tuning& tuning, const std::function<void(Communicator&)>& fn) {
+  auto group = make_loopback_group(ranks);
+  std::vector<std::thread> threads;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Communicator comm(std::move(group[static_cast<std::size_t>(r)]), tuning);
+        fn(comm);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+Tuning test_tuning() {
+  Tuning t;
+  t.timeout_s = 60;  // a bug shows up as a TimeoutError, not a hung test
+  return t;
+}
+
+/// The algorithm variants under test: the double binary tree is forced by lowering the
+/// binomial threshold, and small segments make the pipelines run many segments.
+struct Variant {
+  const char* name;
+  Algorithm algo;
+  std::size_t binomial_max_bytes;
+  std::size_t segment_bytes;
+};
+const Variant kVariants[] = {
+    {"ring", Algorithm::ring, 64 << 10, 1 << 20},
+    {"ring_small_segments", Algorithm::ring, 64 << 10, 4096},
+    {"tree_binomial", Algorithm::tree, std::size_t{1} << 40, 1 << 20},
+    {"tree_double_binary", Algorithm::tree, 0, 4096},
+    {"automatic", Algorithm::automatic, 64 << 10, 1 << 20},
+};
+
+Tuning variant_tuning(const Variant& v) {
+  Tuning t = test_tuning();
+  t.tree_binomial_max_bytes = v.binomial_max_bytes;
+  t.ring_segment_bytes = v.segment_bytes;
+  t.tree_segment_bytes = v.segment_bytes;
+  return t;
+}
+
+/// Checks allreduce of `count` elements of every type × op, in place and out of place.
+void check_allreduce(Communicator& comm, Algorithm algo, std::size_t count, std::uint64_t seed,
+                     std::atomic<std::size_t>& failures, std::string& first, std::mutex& m) {
+  for (DataType type : all_types()) {
+    for (ReduceOp op : all_ops()) {
+      const std::size_t bytes = count * size_of(type);
+      std::vector<std::byte> in(bytes + 1), out(bytes + 1);
+      testing::fill_input(type, op, seed, comm.rank(), in.data(), count);
+      const bool in_place = (seed & 1) == 0;
+      if (in_place) {
+        comm.allreduce(in.data(), in.data(), count, type, op, algo);
+      } else {
+        comm.allreduce(in.data(), out.data(), count, type, op, algo);
+      }
+      std::string msg;
+      // Rank 0 checks every element; the others a sample (all ranks share one CPU budget).
+      const std::size_t stride = comm.rank() == 0 || count * static_cast<std::size_t>(comm.size()) < (1u << 20) ? 1 : 61;
+      const std::size_t bad = testing::count_mismatches(type, op, seed, comm.size(),
+                                                        in_place ? in.data() : out.data(), count, &msg, stride);
+      if (bad) {
+        failures += bad;
+        std::lock_guard<std::mutex> lock(m);
+        if (first.empty()) first = "rank " + std::to_string(comm.rank()) + ": " + msg;
+      }
+    }
+  }
+}
+
+class LoopbackAllreduce : public ::testing::TestWithParam<std::tuple<Variant, int>> {};
+
+TEST_P(LoopbackAllreduce, MatchesReferenceForEveryTypeOpAndSize) {
+  const auto& [variant, ranks] = GetParam();
+  std::atomic<std::size_t> failures{0};
+  std::string first;
+  std::mutex m;
+  run_ranks(ranks, variant_tuning(variant), [&](Communicator& comm) {
+    const std::size_t sizes[] = {0, 1, 7, static_cast<std::size_t>(ranks - 1), 1000};
+    std::uint64_t seed = 1;
+    for (std::size_t count : sizes) check_allreduce(comm, variant.algo, count, seed++, failures, first, m);
+  });
+  EXPECT_EQ(failures.load(), 0u) << first;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllVariants, LoopbackAllreduce,
+    ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Range(1, 17)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
+    });
+
+// 1 Mi + 3 elements: many segments, blocks of unequal length, every type and op.
+class LoopbackLarge : public ::testing::TestWithParam<std::tuple<Variant, int>> {};
+
+TEST_P(LoopbackLarge, OneMebiPlusThreeElements) {
+  const auto& [variant, ranks] = GetParam();
+  std::atomic<std::size_t> failures{0};
+  std::string first;
+  std::mutex m;
+  Variant v = variant;
+  v.segment_bytes = std::size_t{64} << 10;  // dozens of segments per block
+  run_ranks(ranks, variant_tuning(v), [&](Communicator& comm) {
+    check_allreduce(comm, v.algo, (std::size_t{1} << 20) + 3, 77, failures, first, m);
+  });
+  EXPECT_EQ(failures.load(), 0u) << first;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllVariants, LoopbackLarge,
+    ::testing::Combine(::testing::Values(kVariants[0], kVariants[3]), ::testing::Values(2, 3, 5, 16)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
+    });
+
+TEST(LoopbackCollectives, ReduceScatterAllgatherBroadcastBarrier) {
+  for (int ranks : {1, 2, 3, 4, 7, 16}) {
+    std::atomic<std::size_t> failures{0};
+    std::string first;
+    std::mutex m;
+    run_ranks(ranks, test_tuning(), [&](Communicator& comm) {
+      const int p = comm.size(), r = comm.rank();
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
+        // reduce_scatter: block b of the reduced vector lands on rank b.
+        std::vector<double> in(count * static_cast<std::size_t>(p)), out(count, -1.0);
+        testing::fill_input(DataType::f64, ReduceOp::sum, 5, r, in.data(), in.size());
+        comm.reduce_scatter(in.data(), out.data(), count, DataType::f64, ReduceOp::sum);
+        for (std::size_t i = 0; i < count; ++i) {
+          auto e = testing::expected_value(DataType::f64, ReduceOp::sum, 5, p, static_cast<std::size_t>(r) * count + i);
+          if (std::fabs(out[i] - e.value) > e.tolerance) ++failures;
+        }
+        // allgather (out of place and in place).
+        std::vector<std::int64_t> mine(count), all(count * static_cast<std::size_t>(p), -1);
+        for (std::size_t i = 0; i < count; ++i) mine[i] = r * 1000003 + static_cast<std::int64_t>(i);
+        comm.allgather(mine.data(), all.data(), count, DataType::i64);
+        std::vector<std::int64_t> all2(count * static_cast<std::size_t>(p), -1);
+        std::copy(mine.begin(), mine.end(), all2.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * count));
+        comm.allgather(all2.data() + static_cast<std::size_t>(r) * count, all2.data(), count, DataType::i64);
+        for (int b = 0; b < p; ++b)
+          for (std::size_t i = 0; i < count; ++i) {
+            const std::int64_t want = b * 1000003 + static_cast<std::int64_t>(i);
+            if (all[static_cast<std::size_t>(b) * count + i] != want) ++failures;
+            if (all2[static_cast<std::size_t>(b) * count + i] != want) ++failures;
+          }
+        // broadcast from every root.
+        for (int root = 0; root < p; ++root) {
+          std::vector<float> buf(count, static_cast<float>(r));
+          if (r == root)
+            for (std::size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(root * 7 + static_cast<int>(i));
+          comm.broadcast(buf.data(), count, DataType::f32, root);
+          for (std::size_t i = 0; i < count; ++i)
+            if (buf[i] != static_cast<float>(root * 7 + static_cast<int>(i))) ++failures;
+        }
+        comm.barrier();
+      }
+      (void)m;
+      (void)first;
+    });
+    EXPECT_EQ(failures.load(), 0u) << "ranks=" << ranks;
+  }
+}
+
+TEST(LoopbackCollectives, BarrierOrdersEveryRank) {
+  // No rank may leave barrier k before every rank has entered it.
+  const int ranks = 6;
+  std::atomic<int> entered{0};
+  std::atomic<int> violations{0};
+  run_ranks(ranks, test_tuning(), [&](Communicator& comm) {
+    for (int round = 1; round <= 20; ++round) {
+      entered.fetch_add(1);
+      comm.barrier();
+      if (entered.load() < round * ranks) violations.fetch_add(1);
+      comm.barrier();
+    }
+  });
+  EXPECT_EQ(violations.load(), 0);
+}
+
+TEST(LoopbackCollectives, NonBlockingAllreducesOverlapAndKeepOrder) {
+  for (int ranks : {1, 2, 3, 4, 8}) {
+    std::atomic<std::size_t> failures{0};
+    run_ranks(ranks, test_tuning(), [&](Communicator& comm) {
+      constexpr int kInFlight = 8;
+      std::vector<std::vector<float>> bufs(kInFlight);
+      std::vector<Work> work;
+      for (int k = 0; k < kInFlight; ++k) {
+        const std::size_t count = 100 + static_cast<std::size_t>(k) * 5000;  // tree and ring
+        bufs[static_cast<std::size_t>(k)].resize(count);
+        testing::fill_input(DataType::f32, ReduceOp::sum, 100 + static_cast<std::uint64_t>(k), comm.rank(),
+                            bufs[static_cast<std::size_t>(k)].data(), count);
+        work.push_back(comm.iallreduce(bufs[static_cast<std::size_t>(k)].data(), count, ReduceOp::sum));
+      }
+      // A blocking collective issued while non-blocking ones are queued runs after them.
+      std::int64_t one = 1;
+      comm.allreduce(&one, 1, ReduceOp::sum);
+      if (one != comm.size()) ++failures;
+      for (auto& w : work) w.wait();
+      for (int k = 0; k < kInFlight; ++k) {
+        const auto& b = bufs[static_cast<std::size_t>(k)];
+        failures += testing::count_mismatches(DataType::f32, ReduceOp::sum, 100 + static_cast<std::uint64_t>(k),
+                                              comm.size(), b.data(), b.size(), nullptr);
+      }
+    });
+    EXPECT_EQ(failures.load(), 0u) << "ranks=" << ranks;
+  }
+}
+
+TEST(LoopbackCollectives, SplitGivesIndependentSubgroups) {
+  const int ranks = 7;
+  std::atomic<std::size_t> failures{0};
+  run_ranks(ranks, test_tuning(), [&](Communicator& comm) {
+    const int color = comm.rank() % 3;
+    // key reverses the order inside each group
+    Communicator sub = comm.split(color, -comm.rank());
+    int expected_size = 0, expected_rank = 0;
+    for (int r = 0; r < ranks; ++r)
+      if (r % 3 == color) ++expected_size;
+    for (int r = ranks - 1; r > comm.rank(); --r)
+      if (r % 3 == color) ++expected_rank;
+    if (sub.size() != expected_size || sub.rank() != expected_rank) ++failures;
+    std::int64_t v = comm.rank();
+    sub.allreduce(&v, 1, ReduceOp::sum);
+    std::int64_t want = 0;
+    for (int r = 0; r < ranks; ++r)
+      if (r % 3 == color) want += r;
+    if (v != want) ++failures;
+    // The parent still works after the split, interleaved with the child.
+    std::int64_t w = 1;
+    comm.allreduce(&w, 1, ReduceOp::sum, Algorithm::ring);
+    if (w != ranks) ++failures;
+  });
+  EXPECT_EQ(failures.load(), 0u);
+}
+
+TEST(LoopbackCollectives, BadArgumentsThrowNamingTheProblem) {
+  run_ranks(1, test_tuning(), [&](Communicator& comm) {
+    float x = 1;
+    try {
+      comm.allreduce(nullptr, &x, 4, DataType::f32, ReduceOp::sum);
+      ADD_FAILURE() << "null send buffer accepted";
+    } catch (const hpctrain::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("send buffer is null"), std::string::npos) << e.what();
+    }
+    try {
+      comm.allreduce(&x, &x, 1, DataType::f32, ReduceOp::sum, Algorithm::mpi);
+      ADD_FAILURE() << "mpi algorithm accepted on the loopback transport";
+    } catch (const hpctrain::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("needs the MPI transport"), std::string::npos) << e.what();
+    }
+    std::vector<float> v(8);
+    try {
+      comm.allreduce(v.data(), v.data() + 1, 4, DataType::f32, ReduceOp::sum);
+      ADD_FAILURE() << "overlapping buffers accepted";
+    } catch (const hpctrain::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
+    }
+    // count 0 with null buffers is fine
+    comm.allreduce(nullptr, nullptr, 0, DataType::f32, ReduceOp::sum);
+  });
+  EXPECT_THROW(parse_algorithm("rign", "HPCTRAIN_ALLREDUCE_ALGO"), hpctrain::Error);
+}
+
+TEST(LoopbackCollectives, TimeoutNamesTheMissingPeer) {
+  Tuning t = test_tuning();
+  t.timeout_s = 0.5;
+  std::string message;
+  std::mutex m;
+  auto group = make_loopback_group(2);
+  std::thread skipper([&] {
+    Communicator comm(std::move(group[1]), t);  // rank 1 never joins the collective
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  });
+  try {
+    Communicator comm(std::move(group[0]), t);
+    float x = 1;
+    comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::tree);
+  } catch (const TimeoutError& e) {
+    std::lock_guard<std::mutex> lock(m);
+    message = e.what();
+  }
+  skipper.join();
+  EXPECT_NE(message.find("did not complete within 0.5 s"), std::string::npos) << message;
+  EXPECT_NE(message.find("receive from rank 1"), std::string::npos) << message;
+}
+
+TEST(HalfPrecision, ConversionsRoundToNearestEven) {
+  // Exhaustive: every f16 bit pattern survives f16 -> float -> f16 (NaNs stay NaN).
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const f16 h{static_cast<std::uint16_t>(b)};
+    const float f = to_float(h);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(to_float(to_f16(f))));
+      continue;
+    }
+    ASSERT_EQ(to_f16(f).bits, h.bits) << "pattern " << b;
+  }
+  EXPECT_EQ(to_float(to_f16(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(to_float(to_f16(65520.0f))));             // rounds up past the max
+  EXPECT_EQ(to_float(to_f16(1.0f + 0x1p-11f)), 1.0f);              // tie -> even
+  EXPECT_EQ(to_float(to_f16(1.0f + 3 * 0x1p-11f)), 1.0f + 0x1p-9f);  // tie -> even (up)
+  EXPECT_EQ(to_float(to_f16(0x1p-24f)), 0x1p-24f);                 // smallest subnormal
+  EXPECT_EQ(to_float(to_f16(0x1p-25f)), 0.0f);                     // tie -> even (zero)
+  EXPECT_EQ(to_float(to_bf16(1.0f + 0x1p-8f)), 1.0f);              // bf16 tie -> even
+  EXPECT_EQ(to_float(to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const bf16 h{static_cast<std::uint16_t>(b)};
+    const float f = to_float(h);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(to_bf16(f).bits, h.bits) << "pattern " << b;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain::coll

@@ -1,0 +1,228 @@
+// The collectives over real MPI ranks (mpiexec -n 1..4), checked against MPI_Allreduce called
+// directly and against the float64 / exact-integer reference.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/mpi_transport.hpp"
+#include "reference.hpp"
+
+namespace hpctrain::coll {
+namespace {
+
+using testing::all_ops;
+using testing::all_types;
+
+int world_size() {
+  int p = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+int world_rank_() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+Communicator make_comm(std::size_t binomial_max, std::size_t segment_bytes) {
+  Tuning t;
+  t.timeout_s = 120;
+  t.tree_binomial_max_bytes = binomial_max;
+  t.ring_segment_bytes = segment_bytes;
+  t.tree_segment_bytes = segment_bytes;
+  return Communicator(make_mpi_transport(MPI_COMM_WORLD), t);
+}
+
+/// MPI_Allreduce called directly (not through hpctrain), for the types MPI has.
+bool vendor_reference(DataType type, ReduceOp op, const void* in, void* out, std::size_t count) {
+  MPI_Datatype dt;
+  switch (type) {
+    case DataType::f32: dt = MPI_FLOAT; break;
+    case DataType::f64: dt = MPI_DOUBLE; break;
+    case DataType::i32: dt = MPI_INT32_T; break;
+    case DataType::i64: dt = MPI_INT64_T; break;
+    default: return false;  // MPI has no 16-bit float types
+  }
+  MPI_Op mop = op == ReduceOp::prod ? MPI_PROD : op == ReduceOp::min ? MPI_MIN : op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+  MPI_Allreduce(in, out, static_cast<int>(count), dt, mop, MPI_COMM_WORLD);
+  if (op == ReduceOp::avg) {
+    for (std::size_t i = 0; i < count; ++i) {
+      switch (type) {
+        case DataType::f32: static_cast<float*>(out)[i] /= static_cast<float>(world_size()); break;
+        case DataType::f64: static_cast<double*>(out)[i] /= world_size(); break;
+        case DataType::i32: static_cast<std::int32_t*>(out)[i] /= world_size(); break;
+        case DataType::i64: static_cast<std::int64_t*>(out)[i] /= world_size(); break;
+        default: break;
+      }
+    }
+  }
+  return true;
+}
+
+struct Variant {
+  const char* name;
+  Algorithm algo;
+  std::size_t binomial_max_bytes;
+  std::size_t segment_bytes;
+};
+
+class MpiAllreduce : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(MpiAllreduce, MatchesMpiAllreduceAndReference) {
+  const Variant v = GetParam();
+  Communicator comm = make_comm(v.binomial_max_bytes, v.segment_bytes);
+  const int p = comm.size();
+  const std::size_t sizes[] = {0, 1, 7, static_cast<std::size_t>(p - 1), 1000, (std::size_t{1} << 20) + 3};
+  std::uint64_t seed = 11;
+  for (std::size_t count : sizes) {
+    for (DataType type : all_types()) {
+      for (ReduceOp op : all_ops()) {
+        if (count > 100000 && op != ReduceOp::sum && op != ReduceOp::max) continue;  // keep it quick
+        ++seed;
+        const std::size_t bytes = count * size_of(type);
+        std::vector<std::byte> in(bytes + 1), ours(bytes + 1), vendor(bytes + 1);
+        testing::fill_input(type, op, seed, comm.rank(), in.data(), count);
+        comm.allreduce(in.data(), ours.data(), count, type, op, v.algo);
+        std::string msg;
+        EXPECT_EQ(testing::count_mismatches(type, op, seed, p, ours.data(), count, &msg), 0u) << v.name << " " << msg;
+        if (vendor_reference(type, op, in.data(), vendor.data(), count)) {
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < count; ++i) {
+            const auto e = testing::expected_value(type, op, seed, p, i);
+            const double a = testing::load(type, ours.data(), i), b = testing::load(type, vendor.data(), i);
+            if (!(std::fabs(a - b) <= 2 * e.tolerance)) ++bad;  // both lie within the bound
+          }
+          EXPECT_EQ(bad, 0u) << v.name << " vs MPI_Allreduce: " << to_string(type) << " " << to_string(op)
+                             << " count=" << count;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MpiAllreduce,
+                         ::testing::Values(Variant{"ring", Algorithm::ring, 64 << 10, 1 << 20},
+                                           Variant{"ring_small_segments", Algorithm::ring, 64 << 10, 16 << 10},
+                                           Variant{"tree_binomial", Algorithm::tree, std::size_t{1} << 40, 1 << 20},
+                                           Variant{"tree_double_binary", Algorithm::tree, 0, 16 << 10},
+                                           Variant{"automatic", Algorithm::automatic, 64 << 10, 1 << 20},
+                                           Variant{"mpi", Algorithm::mpi, 64 << 10, 1 << 20}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(MpiCollectives, ReduceScatterAllgatherBroadcast) {
+  Communicator comm = make_comm(64 << 10, 1 << 20);
+  const int p = comm.size(), r = comm.rank();
+  for (std::size_t count : {std::size_t{0}, std::size_t{3}, std::size_t{4099}}) {
+    std::vector<std::int64_t> in(count * static_cast<std::size_t>(p)), out(count), ref(count);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::int64_t>(i) * (r + 1);
+    comm.reduce_scatter(in.data(), out.data(), count, DataType::i64, ReduceOp::sum);
+    std::vector<int> counts(static_cast<std::size_t>(p), static_cast<int>(count));
+    MPI_Reduce_scatter(in.data(), ref.data(), counts.data(), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(out, ref) << "reduce_scatter count=" << count;
+
+    std::vector<float> mine(count), all(count * static_cast<std::size_t>(p)), all_ref(all.size());
+    for (std::size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r) + 0.25f * static_cast<float>(i);
+    comm.allgather(mine.data(), all.data(), count, DataType::f32);
+    MPI_Allgather(mine.data(), static_cast<int>(count), MPI_FLOAT, all_ref.data(), static_cast<int>(count), MPI_FLOAT,
+                  MPI_COMM_WORLD);
+    EXPECT_EQ(all, all_ref) << "allgather count=" << count;
+
+    for (int root = 0; root < p; ++root) {
+      std::vector<double> buf(count, r == root ? 3.5 : -1.0);
+      comm.broadcast(buf.data(), count, DataType::f64, root);
+      EXPECT_EQ(buf, std::vector<double>(count, 3.5)) << "broadcast root=" << root;
+    }
+  }
+  comm.barrier();
+}
+
+TEST(MpiCollectives, OverlappingNonBlockingAllreduces) {
+  Communicator comm = make_comm(64 << 10, 64 << 10);
+  const int p = comm.size();
+  std::vector<std::vector<double>> bufs;
+  std::vector<Work> work;
+  for (int k = 0; k < 12; ++k) {
+    const std::size_t count = 1 + static_cast<std::size_t>(k) * 20011;
+    bufs.emplace_back(count);
+    testing::fill_input(DataType::f64, ReduceOp::sum, 500 + static_cast<std::uint64_t>(k), comm.rank(),
+                        bufs.back().data(), count);
+  }
+  for (auto& b : bufs) work.push_back(comm.iallreduce(b.data(), b.size(), ReduceOp::sum));
+  // MPI traffic of the application on the world communicator while the engine runs.
+  int token = 1, total = 0;
+  MPI_Allreduce(&token, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(total, p);
+  for (auto& w : work) w.wait();
+  for (int k = 0; k < 12; ++k) {
+    std::string msg;
+    const auto& b = bufs[static_cast<std::size_t>(k)];
+    EXPECT_EQ(testing::count_mismatches(DataType::f64, ReduceOp::sum, 500 + static_cast<std::uint64_t>(k), p, b.data(),
+                                       b.size(), &msg), 0u) << msg;
+  }
+}
+
+TEST(MpiCollectives, SplitSubCommunicators) {
+  Communicator comm = make_comm(64 << 10, 1 << 20);
+  const int p = comm.size(), r = comm.rank();
+  Communicator sub = comm.split(r % 2, r);
+  int want_size = 0;
+  for (int q = 0; q < p; ++q) want_size += (q % 2 == r % 2);
+  EXPECT_EQ(sub.size(), want_size);
+  EXPECT_EQ(sub.rank(), r / 2);
+  for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::mpi}) {
+    std::vector<std::int32_t> v(1000, r);
+    sub.allreduce(v.data(), v.size(), ReduceOp::sum, a);
+    std::int32_t want = 0;
+    for (int q = 0; q < p; ++q) want += (q % 2 == r % 2) ? q : 0;
+    EXPECT_EQ(v, std::vector<std::int32_t>(1000, want)) << to_string(a);
+  }
+  // Work on the parent and the child concurrently (non-blocking on both).
+  std::vector<float> a(5000, 1.0f), b(5000, 2.0f);
+  Work wa = comm.iallreduce(a.data(), a.size(), ReduceOp::sum);
+  Work wb = sub.iallreduce(b.data(), b.size(), ReduceOp::sum);
+  wa.wait();
+  wb.wait();
+  EXPECT_EQ(a, std::vector<float>(5000, static_cast<float>(p)));
+  EXPECT_EQ(b, std::vector<float>(5000, 2.0f * static_cast<float>(want_size)));
+}
+
+TEST(MpiCollectives, SoakThousandsOfRandomCollectives) {
+  Communicator comm = make_comm(16 << 10, 16 << 10);
+  const int p = comm.size();
+  std::mt19937_64 rng(2026);  // same sequence on every rank
+  const Algorithm algos[] = {Algorithm::ring, Algorithm::tree, Algorithm::automatic, Algorithm::mpi};
+  std::size_t mismatches = 0;
+  std::string first;
+  const int iterations = 2000;
+  for (int it = 0; it < iterations; ++it) {
+    const std::uint64_t x = rng();
+    const std::size_t count = (x % 4 == 0) ? (x >> 8) % 70000 : (x >> 8) % 300;
+    const DataType type = all_types()[(x >> 40) % all_types().size()];
+    const ReduceOp op = all_ops()[(x >> 48) % all_ops().size()];
+    const Algorithm algo = algos[(x >> 56) % 4];
+    std::vector<std::byte> buf(count * size_of(type) + 1);
+    testing::fill_input(type, op, x, comm.rank(), buf.data(), count);
+    if ((x >> 20) & 1) {
+      comm.allreduce(buf.data(), buf.data(), count, type, op, algo);
+    } else {
+      comm.iallreduce(buf.data(), buf.data(), count, type, op, algo).wait();
+    }
+    std::string msg;
+    const std::size_t bad = testing::count_mismatches(type, op, x, p, buf.data(), count, &msg);
+    if (bad && first.empty()) first = "iteration " + std::to_string(it) + " " + std::string(to_string(algo)) + ": " + msg;
+    mismatches += bad;
+  }
+  EXPECT_EQ(mismatches, 0u) << first;
+  (void)world_rank_;
+}
+
+}  // namespace
+}  // namespace hpctrain::coll

@@ -1,0 +1,108 @@
+// Tensors and gemm: gemm against a naive float64 product on odd shapes, every transpose pair.
+#include "gradient_check.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/gemm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+namespace hpctrain::core {
+namespace {
+
+using hpctrain::testing::random_values;
+
+TEST(Tensor, ShapeMustMatchStorage) {
+  EXPECT_THROW(Tensor<float>(Vec<float>("v", 6), {2, 4}), Error);
+  const Tensor<float> t(Vec<float>("v", 6), {2, 3});
+  EXPECT_EQ(t.dim(-1), 3);
+  EXPECT_EQ(t.reshaped({3, 2}).data.data(), t.data.data());
+  EXPECT_THROW(t.reshaped({4, 2}), Error);
+  EXPECT_THROW(t.dim(2), Error);
+}
+
+TEST(Tensor, EnsureShapeReusesStorageOfTheSameSize) {
+  Tensor<float> t = make_tensor<float>("t", {2, 3});
+  const float* before = t.data.data();
+  ensure_shape(t, "t", {3, 2});
+  EXPECT_EQ(t.data.data(), before);
+  EXPECT_EQ(t.shape, (Shape{3, 2}));
+  ensure_shape(t, "t", {4, 2});
+  EXPECT_EQ(t.size(), 8);
+  EXPECT_EQ(t.data.label(), "t");
+}
+
+TEST(Tensor, HostRoundTripAndConvert) {
+  const std::vector<float> h{1.5f, -2.f, 3.25f};
+  const Tensor<float> t = tensor_from_host<float>("t", {3}, h);
+  EXPECT_EQ(to_host(t.data), h);
+  const Tensor<double> d = convert<double>(t, "d");
+  EXPECT_EQ(to_host(d.data), (std::vector<double>{1.5, -2.0, 3.25}));
+}
+
+template <class T>
+void check_gemm(std::int64_t m, std::int64_t n, std::int64_t k, Trans ta, Trans tb, double alpha,
+                double beta, double tol) {
+  const std::int64_t a_rows = ta == Trans::yes ? k : m, a_cols = ta == Trans::yes ? m : k;
+  const std::int64_t b_rows = tb == Trans::yes ? n : k, b_cols = tb == Trans::yes ? k : n;
+  const auto ha = random_values<T>(static_cast<std::size_t>(m * k), 1);
+  const auto hb = random_values<T>(static_cast<std::size_t>(k * n), 2);
+  const auto hc = random_values<T>(static_cast<std::size_t>(m * n), 3);
+  const auto a = tensor_from_host<T>("a", {a_rows, a_cols}, ha);
+  const auto b = tensor_from_host<T>("b", {b_rows, b_cols}, hb);
+  const auto c = tensor_from_host<T>("c", {m, n}, hc);
+  gemm(ta, tb, static_cast<T>(alpha), as_matrix(a.data, a_rows, a_cols),
+       as_matrix(b.data, b_rows, b_cols), static_cast<T>(beta), as_matrix(c.data, m, n));
+  const std::vector<T> got = to_host(c.data);
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const double av = ta == Trans::yes ? ha[p * a_cols + i] : ha[i * a_cols + p];
+        const double bv = tb == Trans::yes ? hb[j * b_cols + p] : hb[p * b_cols + j];
+        s += av * bv;
+      }
+      const double want = alpha * s + beta * static_cast<double>(hc[i * n + j]);
+      ASSERT_NEAR(got[i * n + j], want, tol * (1.0 + std::fabs(want)))
+          << "m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+    }
+  }
+}
+
+class GemmShapes : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(GemmShapes, MatchesNaiveFloat64ForEveryTransposePair) {
+  const auto [m, n, k] = GetParam();
+  for (const Trans ta : {Trans::no, Trans::yes}) {
+    for (const Trans tb : {Trans::no, Trans::yes}) {
+      // float: k products of values in [-1, 1] round to ~k * 2^-24 relative; 1e-5 covers k <= 100.
+      check_gemm<float>(m, n, k, ta, tb, 1.0, 0.0, 1e-5);
+      check_gemm<float>(m, n, k, ta, tb, -0.5, 0.75, 1e-5);
+      check_gemm<double>(m, n, k, ta, tb, 1.25, 1.0, 1e-12);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OddAndSquare, GemmShapes,
+                         ::testing::Values(std::make_tuple(1, 1, 1), std::make_tuple(7, 5, 3),
+                                           std::make_tuple(3, 17, 31), std::make_tuple(64, 10, 33),
+                                           std::make_tuple(13, 1, 64)));
+
+TEST(Gemm, ZeroInnerDimensionScalesC) {
+  check_gemm<double>(4, 3, 0, Trans::no, Trans::no, 1.0, 0.5, 1e-15);
+  check_gemm<double>(4, 3, 0, Trans::yes, Trans::no, 1.0, 0.0, 1e-15);
+}
+
+TEST(Gemm, RejectsMismatchedShapes) {
+  Vec<float> v("v", 64);
+  EXPECT_THROW(gemm(Trans::no, Trans::no, 1.f, as_matrix(v, 2, 3), as_matrix(v, 2, 3), 0.f,
+                    as_matrix(v, 2, 3)),
+               Error);
+  EXPECT_THROW(gemm(Trans::no, Trans::yes, 1.f, as_matrix(v, 2, 3), as_matrix(v, 4, 3), 0.f,
+                    as_matrix(v, 2, 5)),
+               Error);
+  EXPECT_THROW(as_matrix(v, 9, 8), Error);
+}
+
+}  // namespace
+}  // namespace hpctrain::core
