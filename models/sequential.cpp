@@ -32,7 +32,7 @@ void Sequential<T>::finalize(std::uint64_t seed) {
     for (const ParameterSpec& spec : layers_[l]->parameter_specs()) {
       const std::int64_t count = core::shape_size(spec.shape);
       info_.push_back({std::to_string(l) + "." + layers_[l]->kind() + "." + spec.name, total,
-                       count, spec.shape});
+                       count, spec.shape, l});
       specs_.push_back(spec);
       total += count;
     }
@@ -83,11 +83,13 @@ Tensor<T> Sequential<T>::forward(const Tensor<T>& x, bool train) {
 }
 
 template <class T>
-Tensor<T> Sequential<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
+Tensor<T> Sequential<T>::backward(const Tensor<T>& dy, bool need_input_grad,
+                                  const std::function<void(std::size_t)>& on_layer_done) {
   HPCTRAIN_REQUIRE(finalized_, "backward before finalize");
   Tensor<T> g = dy;
   for (std::size_t l = layers_.size(); l-- > 0;) {
     g = layers_[l]->backward(g, l > 0 || need_input_grad);
+    if (on_layer_done) on_layer_done(l);
   }
   return g;
 }

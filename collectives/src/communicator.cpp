@@ -24,7 +24,20 @@ struct Work::State {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  std::chrono::steady_clock::time_point started, finished;
 };
+
+std::chrono::steady_clock::time_point Work::started_at() const {
+  if (!state_) return {};
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->started;
+}
+
+std::chrono::steady_clock::time_point Work::finished_at() const {
+  if (!state_) return {};
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->finished;
+}
 
 void Work::wait() {
   HPCTRAIN_REQUIRE(state_, "Work::wait on an empty Work handle");
@@ -85,6 +98,10 @@ class ProgressEngine {
       busy_ = true;
       lock.unlock();
       std::exception_ptr error;
+      {
+        std::lock_guard<std::mutex> state_lock(state->mutex);
+        state->started = std::chrono::steady_clock::now();
+      }
       try {
         task();
       } catch (...) {
@@ -94,6 +111,7 @@ class ProgressEngine {
         std::lock_guard<std::mutex> state_lock(state->mutex);
         state->done = true;
         state->error = error;
+        state->finished = std::chrono::steady_clock::now();
       }
       state->cv.notify_all();
       lock.lock();

@@ -16,6 +16,7 @@
 ///
 /// Buffers are host memory.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +40,10 @@ class Work {
   /// True once the collective has completed (successfully or not).
   bool test() const;
   bool valid() const noexcept { return state_ != nullptr; }
+  /// When the progress thread started and finished running this collective (steady clock);
+  /// both are the epoch until then. For timelines that show overlap.
+  std::chrono::steady_clock::time_point started_at() const;
+  std::chrono::steady_clock::time_point finished_at() const;
 
   struct State;
 

@@ -5,6 +5,7 @@
 
 #include "hpctrain/models/layer.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct ParameterInfo {
   std::int64_t offset = 0;
   std::int64_t count = 0;
   Shape shape;
+  std::size_t layer = 0;  ///< index of the layer that owns it
 };
 
 /// A sequential model. Build it with add(), then finalize() allocates and initialises the
@@ -44,7 +46,11 @@ class Sequential {
   Tensor<T> forward(const Tensor<T>& x, bool train);
   /// Back-propagates dL/d(output), adding into the gradient buffer. Returns dL/dx when
   /// need_input_grad (tests), else an empty tensor (saves the first layer's input gradient).
-  Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad = false);
+  /// `on_layer_done(l)`, when given, is called as soon as layer l's parameter gradients are
+  /// final (layers run last to first), so data-parallel training can start all-reducing them
+  /// while the earlier layers are still back-propagating.
+  Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad = false,
+                     const std::function<void(std::size_t layer)>& on_layer_done = {});
   /// Sets the gradient buffer to zero (call once per step, before the first backward).
   void zero_gradients();
   /// Where dropout draws from: the training step and the global index of the first sample of

@@ -1,0 +1,292 @@
+// bench_allreduce: hpctrain's all-reduce algorithms next to MPI_Allreduce, nccl-tests style.
+//
+//   mpirun -n P build/bin/bench_allreduce [--min_bytes=8] [--max_bytes=256M] [--step=2]
+//          [--iters=N] [--warmup=N] [--algorithms=ring,tree,auto,mpi] [Google Benchmark flags]
+//
+// One benchmark per (algorithm, size), named `allreduce/<algorithm>/<bytes>` (Google Benchmark
+// appends `/iterations:N/manual_time`), float32 sum, out of place. Every rank runs the same
+// fixed number of iterations; each iteration is barrier (untimed) -> MPI_Wtime -> allreduce ->
+// MPI_Wtime, and its time is the slowest rank's. Counters follow nccl-tests:
+//   algbw = bytes / time (GB/s, 1e9; time = the median iteration), busbw = algbw * 2(p-1)/p, wrong = mismatching elements
+//   of the last iteration summed over ranks (inputs are small integers, so sums are exact).
+// Rank 0 prints an nccl-tests-like table at the end (stdout with the console format, stderr
+// when --benchmark_format is json/csv so stdout stays machine-readable).
+// Knobs: flags above, or HPCTRAIN_BENCH_{MIN_BYTES,MAX_BYTES,STEP,ITERS,WARMUP,ALGORITHMS};
+// the collectives' own HPCTRAIN_* tuning variables (Tuning::from_environment) apply as usual.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/mpi_transport.hpp"
+#include "mpi_benchmark.hpp"
+
+namespace {
+
+using hpctrain::coll::Algorithm;
+using hpctrain::coll::Communicator;
+using hpctrain::coll::DataType;
+using hpctrain::coll::ReduceOp;
+
+struct Options {
+  std::size_t min_bytes = 8;
+  std::size_t max_bytes = std::size_t{256} << 20;
+  std::size_t step = 2;
+  long long iters = 0;   // 0: by size (iterations_for)
+  long long warmup = -1; // -1: by iteration count
+  std::vector<Algorithm> algorithms{Algorithm::ring, Algorithm::tree, Algorithm::automatic,
+                                    Algorithm::mpi};
+};
+
+/// Column/benchmark name of an algorithm ("auto" rather than "automatic", as the env knob).
+std::string algo_name(Algorithm a) { return a == Algorithm::automatic ? "auto" : std::string(to_string(a)); }
+
+long long parse_count(const std::string& text, const std::string& what, long long min) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  HPCTRAIN_REQUIRE(errno == 0 && end != text.c_str() && *end == '\0' && v >= min,
+                   what + "='" + text + "' must be an integer >= " + std::to_string(min));
+  return v;
+}
+
+Options parse_options(int& argc, char** argv) {
+  using hpctrain::bench::flag_or_env;
+  using hpctrain::bench::take_flag;
+  Options o;
+  if (auto v = flag_or_env(take_flag(argc, argv, "min_bytes"), "HPCTRAIN_BENCH_MIN_BYTES"))
+    o.min_bytes = hpctrain::bench::parse_bytes(*v, "min_bytes");
+  if (auto v = flag_or_env(take_flag(argc, argv, "max_bytes"), "HPCTRAIN_BENCH_MAX_BYTES"))
+    o.max_bytes = hpctrain::bench::parse_bytes(*v, "max_bytes");
+  if (auto v = flag_or_env(take_flag(argc, argv, "step"), "HPCTRAIN_BENCH_STEP"))
+    o.step = static_cast<std::size_t>(parse_count(*v, "step", 2));
+  if (auto v = flag_or_env(take_flag(argc, argv, "iters"), "HPCTRAIN_BENCH_ITERS"))
+    o.iters = parse_count(*v, "iters", 1);
+  if (auto v = flag_or_env(take_flag(argc, argv, "warmup"), "HPCTRAIN_BENCH_WARMUP"))
+    o.warmup = parse_count(*v, "warmup", 0);
+  if (auto v = flag_or_env(take_flag(argc, argv, "algorithms"), "HPCTRAIN_BENCH_ALGORITHMS")) {
+    o.algorithms.clear();
+    std::stringstream list(*v);
+    for (std::string name; std::getline(list, name, ',');) {
+      if (!name.empty()) o.algorithms.push_back(hpctrain::coll::parse_algorithm(name, "algorithms"));
+    }
+    HPCTRAIN_REQUIRE(!o.algorithms.empty(), "algorithms: empty list");
+  }
+  // float32 elements: sizes are whole elements.
+  o.min_bytes = std::max<std::size_t>(4, (o.min_bytes + 3) / 4 * 4);
+  HPCTRAIN_REQUIRE(o.max_bytes >= o.min_bytes, "max_bytes (" + std::to_string(o.max_bytes) +
+                                                   ") is below min_bytes (" +
+                                                   std::to_string(o.min_bytes) + ")");
+  return o;
+}
+
+/// Fixed iteration count of a size: about 512 MiB of payload per benchmark, between 5 and 1000
+/// iterations, so 8 B runs 1000 iterations and 256 MiB runs 5. The same on every rank.
+long long iterations_for(std::size_t bytes, const Options& o) {
+  if (o.iters > 0) return o.iters;
+  const double budget_bytes = 512.0 * (1 << 20);
+  return std::clamp<long long>(static_cast<long long>(budget_bytes / static_cast<double>(bytes)), 5, 1000);
+}
+
+long long warmup_for(long long iters, const Options& o) {
+  return o.warmup >= 0 ? o.warmup : std::max<long long>(2, iters / 10);
+}
+
+// ---- input pattern and check -------------------------------------------------------------
+// Rank r contributes (i mod 13) + r to element i; the sum over p ranks, p·(i mod 13) +
+// p(p-1)/2, is an integer below 2^24 for p < 4000, so float32 computes it exactly in any order.
+// 13 does not divide the block or segment sizes, so a misplaced block shows up.
+constexpr std::size_t kPatternPeriod = 13;
+
+void fill_input(std::vector<float>& send, int rank) {
+  for (std::size_t i = 0; i < send.size(); ++i) {
+    send[i] = static_cast<float>(i % kPatternPeriod) + static_cast<float>(rank);
+  }
+}
+
+long long count_wrong(const std::vector<float>& recv, int ranks) {
+  const double p = ranks;
+  long long wrong = 0;
+  for (std::size_t i = 0; i < recv.size(); ++i) {
+    const double expected = p * static_cast<double>(i % kPatternPeriod) + p * (p - 1) / 2;
+    wrong += static_cast<double>(recv[i]) != expected;  // NaN (poison) never compares equal
+  }
+  return wrong;
+}
+
+// ---- results kept for rank 0's table -----------------------------------------------------
+
+struct Result {
+  double time_us = 0, algbw = 0, busbw = 0;
+  long long wrong = 0;
+  bool skipped = false;
+};
+std::map<std::size_t, std::map<std::string, Result>> g_results;  // bytes -> algorithm -> best
+long long g_total_wrong = 0;
+
+void record(std::size_t bytes, const std::string& algo, const Result& r) {
+  auto [it, inserted] = g_results[bytes].try_emplace(algo, r);
+  if (!inserted) {  // --benchmark_repetitions: keep the best time, the worst correctness
+    Result& best = it->second;
+    const long long wrong = std::max(best.wrong, r.wrong);
+    if (r.time_us < best.time_us) best = r;
+    best.wrong = wrong;
+  }
+  g_total_wrong += r.wrong;
+}
+
+void bench_allreduce(benchmark::State& state, Communicator* comm, Algorithm algo, std::size_t bytes,
+                     long long warmup) {
+  const int p = comm->size(), rank = comm->rank();
+  const std::size_t count = bytes / sizeof(float);
+  std::vector<float> send(count), recv(count, 0.0f);  // touched here, not in the timed region
+  fill_input(send, rank);
+  for (long long i = 0; i < warmup; ++i) {
+    comm->allreduce(send.data(), recv.data(), count, DataType::f32, ReduceOp::sum, algo);
+  }
+  const auto times_s = hpctrain::bench::timed_loop(
+      state, MPI_COMM_WORLD,
+      [&] { comm->allreduce(send.data(), recv.data(), count, DataType::f32, ReduceOp::sum, algo); },
+      [&](benchmark::IterationCount i, benchmark::IterationCount n) {
+        // Poison the output before the last iteration, so the check below sees only its result.
+        if (i + 1 == n) std::fill(recv.begin(), recv.end(), std::numeric_limits<float>::quiet_NaN());
+      });
+  const long long wrong = hpctrain::bench::sum_over_ranks(count_wrong(recv, p), MPI_COMM_WORLD);
+
+  // Bandwidths from the median iteration: on a shared machine one descheduled iteration can
+  // move the mean by more than the difference between algorithms (real_time is still the mean).
+  const auto stats = hpctrain::bench::summarize(times_s);
+  const double time_s = stats.median_s;
+  const double algbw = static_cast<double>(bytes) / time_s / 1e9;
+  const double busbw = algbw * 2.0 * (p - 1) / p;
+  state.counters["time_median_us"] = benchmark::Counter(stats.median_s * 1e6);
+  state.counters["time_min_us"] = benchmark::Counter(stats.min_s * 1e6);
+  state.counters["algbw"] = benchmark::Counter(algbw);
+  state.counters["busbw"] = benchmark::Counter(busbw);
+  state.counters["bytes"] = benchmark::Counter(static_cast<double>(bytes));
+  state.counters["ranks"] = benchmark::Counter(p);
+  state.counters["wrong"] = benchmark::Counter(static_cast<double>(wrong));
+  state.SetLabel(algo_name(algo));
+  if (wrong != 0) {
+    state.SkipWithError(("allreduce/" + algo_name(algo) + "/" + std::to_string(bytes) + ": " +
+                         std::to_string(wrong) + " wrong elements in the last iteration")
+                            .c_str());
+  }
+  record(bytes, algo_name(algo), Result{time_s * 1e6, algbw, busbw, wrong, wrong != 0});
+}
+
+// ---- nccl-tests-style table --------------------------------------------------------------
+
+std::string human_bytes(std::size_t b) {
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= (1u << 10) && b % (1u << 10) == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning& tuning, int p) {
+  if (g_results.empty()) return;
+  std::vector<std::string> algos;
+  for (Algorithm a : o.algorithms) {
+    const std::string name = algo_name(a);
+    if (std::find(algos.begin(), algos.end(), name) != algos.end()) continue;
+    for (const auto& [bytes, row] : g_results) {
+      if (row.count(name)) {
+        algos.push_back(name);
+        break;
+      }
+    }
+  }
+  auto has = [&](const char* a) { return std::find(algos.begin(), algos.end(), a) != algos.end(); };
+  const bool ring_ratio = has("ring") && has("mpi"), tree_ratio = has("tree") && has("mpi");
+
+  std::fprintf(out, "#\n# bench_allreduce: %d ranks, float32 sum, out of place; time = median over the "
+                    "iterations of the slowest rank's time\n", p);
+  std::fprintf(out, "# tuning: auto = %s (tree <= %s, else ring); ring segment %s, window %zu; "
+                    "tree segment %s, binomial <= %s\n",
+               algo_name(tuning.allreduce_algorithm).c_str(), human_bytes(tuning.auto_tree_max_bytes).c_str(),
+               human_bytes(tuning.ring_segment_bytes).c_str(), tuning.ring_window,
+               human_bytes(tuning.tree_segment_bytes).c_str(),
+               human_bytes(tuning.tree_binomial_max_bytes).c_str());
+  std::fprintf(out, "# algbw = size/time, busbw = algbw*2(p-1)/p (GB/s); #wrong = wrong elements "
+                    "(all ranks)\n#\n");
+  // Header: algorithm names centred over their four columns.
+  std::fprintf(out, "#%38s", "");
+  for (const auto& a : algos) std::fprintf(out, "  %-31s", ("---------- " + a + " ----------").c_str());
+  if (ring_ratio) std::fprintf(out, "  %9s", "ring/mpi");
+  if (tree_ratio) std::fprintf(out, "  %9s", "tree/mpi");
+  std::fprintf(out, "\n#%10s %11s %6s %6s", "size(B)", "count", "type", "redop");
+  for (std::size_t i = 0; i < algos.size(); ++i) std::fprintf(out, "  %10s %6s %6s %6s", "time(us)", "algbw", "busbw", "#wrong");
+  if (ring_ratio) std::fprintf(out, "  %9s", "busbw");
+  if (tree_ratio) std::fprintf(out, "  %9s", "time");
+  std::fprintf(out, "\n");
+  for (const auto& [bytes, row] : g_results) {
+    std::fprintf(out, " %10zu %11zu %6s %6s", bytes, bytes / sizeof(float), "float", "sum");
+    for (const auto& a : algos) {
+      auto it = row.find(a);
+      if (it == row.end()) {
+        std::fprintf(out, "  %10s %6s %6s %6s", "-", "-", "-", "-");
+        continue;
+      }
+      const Result& r = it->second;
+      std::fprintf(out, "  %10.1f %6.2f %6.2f %6lld", r.time_us, r.algbw, r.busbw, r.wrong);
+    }
+    auto ratio = [&](const char* num, const char* den, bool busbw) {
+      auto n = row.find(num), d = row.find(den);
+      if (n == row.end() || d == row.end()) return std::fprintf(out, "  %9s", "-");
+      const double x = busbw ? n->second.busbw / d->second.busbw : n->second.time_us / d->second.time_us;
+      return std::fprintf(out, "  %9.2f", x);
+    };
+    if (ring_ratio) ratio("ring", "mpi", true);
+    if (tree_ratio) ratio("tree", "mpi", false);
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out, "# Out of bounds values : %lld %s\n#\n", g_total_wrong, g_total_wrong ? "FAILED" : "OK");
+  std::fflush(out);
+}
+
+int run(int& argc, char**& argv) {
+  const Options options = parse_options(argc, argv);
+  const auto format = hpctrain::bench::peek_flag(argc, argv, "benchmark_format");
+  Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
+
+  for (Algorithm algo : options.algorithms) {
+    for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.step) {
+      const long long iters = iterations_for(bytes, options);
+      const long long warmup = warmup_for(iters, options);
+      const std::string name = "allreduce/" + algo_name(algo) + "/" + std::to_string(bytes);
+      benchmark::RegisterBenchmark(name.c_str(), bench_allreduce, &comm, algo, bytes, warmup)
+          ->Iterations(iters)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+      if (bytes > options.max_bytes / options.step) break;  // no overflow on the next step
+    }
+  }
+  if (!hpctrain::bench::run_benchmarks(argc, argv, MPI_COMM_WORLD)) return 2;
+
+  const long long wrong = g_total_wrong;  // identical on every rank (summed over ranks)
+  if (comm.rank() == 0) {
+    const bool console = !format || *format == "console";
+    print_table(console ? stdout : stderr, options, comm.tuning(), comm.size());
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    hpctrain::bench::MpiSession mpi(argc, argv);
+    const int rc = run(argc, argv);
+    return rc;
+  } catch (const std::exception& e) {
+    hpctrain::abort_job(e);
+  }
+}

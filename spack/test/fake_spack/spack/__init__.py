@@ -1,0 +1,1 @@
+"""Stand-in for the `spack` package (offline tests only; see ../README.md)."""

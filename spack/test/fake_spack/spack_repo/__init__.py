@@ -1,0 +1,1 @@
+"""Stand-in for the `spack_repo` namespace (offline tests only; see ../README.md)."""

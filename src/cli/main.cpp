@@ -1,0 +1,293 @@
+// The `hpctrain` command: train, data import-idx.
+//
+// Exit codes: 0 success; 1 error (one line on stderr, every rank ends through MPI_Abort);
+// 2 usage error (bad flag or value, reported by rank 0).
+
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/mpi_transport.hpp"
+#include "hpctrain/core/environment.hpp"
+#include "hpctrain/io/idx_import.hpp"
+#include "hpctrain/train/trainer.hpp"
+
+namespace fs = std::filesystem;
+using hpctrain::coll::Communicator;
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("HPCTRAIN_DATA_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/hpctrain";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/hpctrain";
+  return "hpctrain-data";
+}
+
+/// The HDF5 file of a Fashion-MNIST split in the cache, imported from Debian's IDX files by
+/// rank 0 on first use while the other ranks wait.
+std::string ensure_fashion_mnist(const std::string& split, Communicator& comm) {
+  const std::string dir = default_cache_dir();
+  const std::string path = dir + "/fashion-mnist-" + split + ".h5";
+  int failed = 0;
+  std::string why;
+  if (comm.rank() == 0 && !fs::exists(path)) {
+    try {
+      fs::create_directories(dir);
+      const auto files = hpctrain::io::fashion_mnist_idx_files(split);
+      std::printf("hpctrain: importing Fashion-MNIST %s split from %s into %s\n", split.c_str(),
+                  files.images.c_str(), path.c_str());
+      std::fflush(stdout);
+      hpctrain::io::import_idx(files.images, files.labels, path, hpctrain::io::IdxImportOptions::fashion_mnist());
+    } catch (const std::exception& e) {
+      failed = 1;
+      why = e.what();
+    }
+  }
+  comm.allreduce(&failed, 1, hpctrain::coll::ReduceOp::max);  // the others wait here
+  HPCTRAIN_REQUIRE(!failed, comm.rank() == 0 ? "default data set: " + why +
+                                                   " (install Debian's dataset-fashion-mnist or pass --data FILE)"
+                                             : std::string("default data set: import failed on rank 0"));
+  return path;
+}
+
+nlohmann::json model_config(const std::string& model) {
+  if (model == "mlp" || model == "cnn") return nlohmann::json{{"name", model}};
+  std::ifstream in(model);
+  HPCTRAIN_REQUIRE(in.good(), "--model: '" + model + "' is neither a built-in model (mlp, cnn) nor a readable JSON file");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    HPCTRAIN_FAIL("--model: '" + model + "' is not valid JSON: " + e.what());
+  }
+}
+
+/// `--config FILE`: a JSON object whose keys are the long option names; its values become
+/// arguments placed before the command line's, so the command line wins.
+std::vector<std::string> config_arguments(const std::string& path) {
+  std::ifstream in(path);
+  HPCTRAIN_REQUIRE(in.good(), "--config: cannot read '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    HPCTRAIN_FAIL("--config: '" + path + "' is not valid JSON: " + e.what());
+  }
+  HPCTRAIN_REQUIRE(j.is_object(), "--config: '" + path + "' must hold a JSON object of option names and values");
+  std::vector<std::string> args;
+  for (auto& [key, value] : j.items()) {
+    if (value.is_boolean()) {
+      if (value.get<bool>()) args.push_back("--" + key);
+      continue;
+    }
+    args.push_back("--" + key);
+    args.push_back(value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return args;
+}
+
+struct TrainArgs {
+  std::string model = "mlp";
+  std::string config;
+  std::string schedule = "constant";
+  std::string lr_scaling = "none";
+  std::string algo = "auto";
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 0.25;
+  bool keep_last = false;
+  bool no_eval = false;
+  hpctrain::train::TrainOptions options;
+};
+
+void add_train_options(CLI::App& train, TrainArgs& a) {
+  auto& o = a.options;
+  train.add_option("--model", a.model, "Model: mlp, cnn, or a JSON config file (see docs/compute-core.md)")
+      ->capture_default_str();
+  train.add_option("--data", o.data,
+                   "Training data set (hpctrain HDF5 format; `hpctrain data import-idx` makes one). "
+                   "Default: Fashion-MNIST, imported from Debian's dataset-fashion-mnist into "
+                   "$HPCTRAIN_DATA_DIR (or ~/.cache/hpctrain) on first use");
+  train.add_option("--eval-data", o.eval_data,
+                   "Test split evaluated after every epoch (default with the default data: "
+                   "Fashion-MNIST's test split)");
+  train.add_flag("--no-eval", a.no_eval, "Skip evaluation");
+  train.add_option("--epochs", o.epochs, "Passes over the training data")->capture_default_str();
+  train.add_option("--max-steps", o.max_steps, "Stop after this many optimiser steps (0: no limit)")
+      ->capture_default_str();
+  train.add_option("--global-batch", o.global_batch,
+                   "Samples per step over ALL ranks (split evenly; results do not depend on the rank count)")
+      ->capture_default_str();
+  train.add_option("--accumulate", o.accumulate,
+                   "Micro-batches (of --global-batch each) accumulated per optimiser step without communication")
+      ->capture_default_str();
+  train.add_flag("--keep-last", a.keep_last, "Keep the last partial batch of an epoch (default: drop it)");
+  train.add_option("--seed", o.seed, "Seed of parameter initialisation, data order and dropout")->capture_default_str();
+  train.add_option("--optimizer", o.optimizer, "sgd or adamw")->capture_default_str();
+  train.add_option("--lr", o.lr, "Learning rate (before --lr-scaling)")->capture_default_str();
+  train.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  train.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
+  train.add_option("--weight-decay", o.weight_decay, "Weight decay (L2 for sgd, decoupled for adamw)")
+      ->capture_default_str();
+  train.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm (0: off)")->capture_default_str();
+  train.add_option("--schedule", a.schedule, "LR schedule: constant, step or cosine")->capture_default_str();
+  train.add_option("--warmup-steps", o.schedule.warmup_steps, "Linear LR warm-up steps")->capture_default_str();
+  train.add_option("--step-size", o.schedule.step_size, "step schedule: steps between decays")->capture_default_str();
+  train.add_option("--gamma", o.schedule.gamma, "step schedule: decay factor")->capture_default_str();
+  train.add_option("--min-lr", o.schedule.min_lr, "cosine schedule: final LR")->capture_default_str();
+  train.add_option("--lr-scaling", a.lr_scaling,
+                   "Scale --lr with the global batch relative to --lr-reference-batch: none, linear, sqrt")
+      ->capture_default_str();
+  train.add_option("--lr-reference-batch", o.lr_reference_batch, "Batch size --lr was tuned for")
+      ->capture_default_str();
+  train.add_option("--algo", a.algo, "Gradient all-reduce algorithm: auto, ring, tree, mpi")->capture_default_str();
+  train.add_option("--bucket-mb", a.bucket_mb, "Gradient bucket size in MiB (the first bucket is smaller)")
+      ->capture_default_str();
+  train.add_option("--first-bucket-mb", a.first_bucket_mb, "Size of the first gradient bucket in MiB")
+      ->capture_default_str();
+  train.add_option("--prefetch", o.prefetch_depth, "Batches read ahead by the loader thread (bounds memory)")
+      ->capture_default_str();
+  train.add_option("--log-every", o.log_every, "Progress line every N steps (0: only at the end)")
+      ->capture_default_str();
+  train.add_option("--metrics", o.metrics_path, "Write JSON-lines metrics here (rank 0)");
+  train.add_option("--timeline", o.timeline_path,
+                   "Write a Chrome-trace JSON of compute and all-reduce spans of every rank (open in "
+                   "chrome://tracing or ui.perfetto.dev)");
+  train.add_option("--timeline-steps", o.timeline_steps, "Steps recorded in the timeline")->capture_default_str();
+  train.add_option("--normalize-mean", o.normalize_mean, "Input normalisation: mean")->capture_default_str();
+  train.add_option("--normalize-std", o.normalize_std, "Input normalisation: standard deviation")
+      ->capture_default_str();
+  train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
+  train.add_flag("--quiet", o.quiet, "Only errors");
+}
+
+int run_train(TrainArgs& a, Communicator& comm) {
+  auto& o = a.options;
+  o.model = model_config(a.model);
+  o.schedule.kind = hpctrain::train::parse_schedule(a.schedule);
+  o.lr_scaling = hpctrain::train::parse_lr_scaling(a.lr_scaling);
+  o.parallel.algorithm = hpctrain::coll::parse_algorithm(a.algo, "--algo");
+  HPCTRAIN_REQUIRE(a.bucket_mb > 0 && a.first_bucket_mb > 0, "--bucket-mb and --first-bucket-mb must be positive");
+  o.parallel.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
+  o.parallel.first_bucket_bytes = static_cast<std::size_t>(a.first_bucket_mb * 1048576.0);
+  o.drop_last = !a.keep_last;
+  if (o.data.empty()) {
+    o.data = ensure_fashion_mnist("train", comm);
+    if (o.eval_data.empty() && !a.no_eval) o.eval_data = ensure_fashion_mnist("test", comm);
+  }
+  if (a.no_eval) o.eval_data.clear();
+  hpctrain::train::run_training(o, comm);
+  return 0;
+}
+
+struct ImportArgs {
+  std::string images, labels, out;
+  std::int64_t limit = 0;
+  std::int32_t classes = 0;
+  bool float32 = false;
+  int compression = 0;
+  bool fashion_names = false;
+};
+
+int run_import(const ImportArgs& a, Communicator& comm) {
+  hpctrain::io::IdxImportOptions options =
+      a.fashion_names ? hpctrain::io::IdxImportOptions::fashion_mnist() : hpctrain::io::IdxImportOptions{};
+  options.limit = a.limit;
+  if (a.classes) options.classes = a.classes;
+  options.sample_type = a.float32 ? hpctrain::io::SampleType::float32 : hpctrain::io::SampleType::uint8;
+  options.compression_level = a.compression;
+  int failed = 0;
+  std::string why;
+  if (comm.rank() == 0) {
+    try {
+      const auto r = hpctrain::io::import_idx(a.images, a.labels, a.out, options);
+      std::printf("hpctrain: wrote %s: %lld samples, %d classes\n", a.out.c_str(), static_cast<long long>(r.count),
+                  r.classes);
+    } catch (const std::exception& e) {
+      failed = 1;
+      why = e.what();
+    }
+  }
+  comm.allreduce(&failed, 1, hpctrain::coll::ReduceOp::max);
+  if (failed && comm.rank() == 0) throw std::runtime_error(why);
+  if (failed) throw std::runtime_error("import failed on rank 0");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  hpctrain::Environment env(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+
+  CLI::App app{"hpctrain: data-parallel training on MPI machines.\n"
+               "Launch with `mpirun -n P hpctrain ...` or `srun hpctrain ...`; every rank runs the same command."};
+  app.require_subcommand(1);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+
+  TrainArgs train_args;
+  CLI::App* train = app.add_subcommand("train", "Train a model data-parallel over all ranks");
+  add_train_options(*train, train_args);
+
+  ImportArgs import_args;
+  CLI::App* data = app.add_subcommand("data", "Data set tools");
+  data->require_subcommand(1);
+  CLI::App* import = data->add_subcommand("import-idx", "Convert IDX files (gzip or plain) into an hpctrain HDF5 data set");
+  import->add_option("--images", import_args.images, "IDX image file (unsigned byte, N x H x W or N x F)")->required();
+  import->add_option("--labels", import_args.labels, "IDX label file (unsigned byte, N)")->required();
+  import->add_option("--out", import_args.out, "Output HDF5 file (written under a temporary name, then renamed)")
+      ->required();
+  import->add_option("--limit", import_args.limit, "Import only the first N samples (0: all)")->capture_default_str();
+  import->add_option("--classes", import_args.classes, "Number of classes (0: largest label + 1)")->capture_default_str();
+  import->add_flag("--float32", import_args.float32, "Store samples as float32 in [0,1] instead of uint8");
+  import->add_option("--compression", import_args.compression, "gzip level 0-9 (0: none, fastest to read)")
+      ->capture_default_str();
+  import->add_flag("--fashion-mnist", import_args.fashion_names, "Store Fashion-MNIST's class names");
+
+  // --config FILE: its values go before the command line's arguments.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == "--config") {
+        auto extra = config_arguments(args[i + 1]);
+        const auto at = std::find(args.begin(), args.end(), "train");
+        if (at != args.end()) args.insert(at + 1, extra.begin(), extra.end());
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    if (rank == 0) std::fprintf(stderr, "hpctrain: error: %s\n", e.what());
+    return kExitUsage;
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parses the same arguments, so every rank leaves here; rank 0 speaks.
+    if (rank == 0) {
+      const int code = app.exit(e);
+      return code == 0 ? 0 : kExitUsage;
+    }
+    return e.get_exit_code() == 0 ? 0 : kExitUsage;
+  }
+
+  try {
+    Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
+    if (*train) return run_train(train_args, comm);
+    if (*import) return run_import(import_args, comm);
+  } catch (const std::exception& e) {
+    hpctrain::abort_job(e, 1);
+  }
+  return 0;
+}

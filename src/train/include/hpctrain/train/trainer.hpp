@@ -1,0 +1,78 @@
+#pragma once
+/// @file
+/// The data-parallel training loop: sharded data, forward/backward, bucketed overlapped
+/// gradient all-reduce, optimiser, LR schedule, evaluation, metrics and timeline.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/train/data_parallel.hpp"
+#include "hpctrain/train/lr_schedule.hpp"
+
+namespace hpctrain::train {
+
+struct TrainOptions {
+  nlohmann::json model = {{"name", "mlp"}};  ///< model config (registry)
+  std::string data;        ///< training data set (HDF5, hpctrain format)
+  std::string eval_data;   ///< test split; empty = no evaluation
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;  ///< 0 = no limit; otherwise stop after this many optimiser steps
+  std::int64_t global_batch = 128;
+  std::int64_t accumulate = 1;  ///< micro-batches (of global_batch each) per optimiser step
+  bool drop_last = true;
+  std::uint64_t seed = 42;
+  std::string optimizer = "sgd";  ///< sgd | adamw
+  double lr = 0.05;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double clip_norm = 0.0;  ///< 0 = no clipping
+  LrSchedule schedule;      ///< base_lr is set from lr (after scaling)
+  LrScaling lr_scaling = LrScaling::none;
+  std::int64_t lr_reference_batch = 128;
+  DataParallelOptions parallel;
+  float normalize_mean = 0.2860f;  ///< Fashion-MNIST training-set mean
+  float normalize_std = 0.3530f;
+  std::size_t prefetch_depth = 4;
+  std::int64_t log_every = 50;  ///< progress line every N steps (0 = only per epoch)
+  std::string metrics_path;     ///< JSONL, rank 0
+  std::string timeline_path;    ///< Chrome-trace JSON, all ranks' spans gathered to rank 0
+  std::int64_t timeline_steps = 20;  ///< spans of the first N steps only (files stay small)
+  std::int64_t warmup_steps_for_throughput = 5;  ///< excluded from samples/s
+  bool quiet = false;
+  bool keep_parameters = false;  ///< return the final parameters in TrainResult (tests)
+};
+
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;
+  std::int64_t samples = 0;
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  std::int64_t epochs_completed = 0;
+  double final_train_loss = 0.0;
+  EvalResult eval;  ///< after the last epoch (samples == 0 without eval data)
+  double samples_per_s = 0.0;  ///< after warm-up, over all ranks
+  double seconds = 0.0;
+  double compute_s = 0.0, comm_exposed_s = 0.0, data_wait_s = 0.0;  ///< rank-0 totals
+  std::uint64_t parameter_checksum = 0;  ///< XXH3-64 of the final parameter buffer
+  std::int64_t parameter_count = 0;
+  /// Whether some bucket's all-reduce started before backward ended (timeline evidence).
+  bool overlap_observed = false;
+  std::vector<float> parameters;  ///< final parameters when TrainOptions::keep_parameters
+};
+
+/// Trains on `comm` (every rank calls it with the same options). Throws hpctrain::Error on bad
+/// input (file, flag or value named).
+TrainResult run_training(const TrainOptions& options, coll::Communicator& comm);
+
+/// XXH3-64 of the parameters as stored (bitwise identity check between runs).
+std::uint64_t parameter_checksum(const float* data, std::size_t count);
+
+}  // namespace hpctrain::train

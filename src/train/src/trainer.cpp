@@ -1,0 +1,354 @@
+#include "hpctrain/train/trainer.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/loss.hpp"
+#include "hpctrain/core/optimizer.hpp"
+#include "hpctrain/core/tensor.hpp"
+#include "hpctrain/io/dataset.hpp"
+#include "hpctrain/io/epoch_plan.hpp"
+#include "hpctrain/io/prefetcher.hpp"
+#include "hpctrain/models/registry.hpp"
+
+namespace hpctrain::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+void validate(const TrainOptions& o) {
+  HPCTRAIN_REQUIRE(!o.data.empty(), "--data: no training data set given");
+  HPCTRAIN_REQUIRE(o.global_batch >= 1, "--global-batch must be at least 1, got " + std::to_string(o.global_batch));
+  HPCTRAIN_REQUIRE(o.epochs >= 1, "--epochs must be at least 1, got " + std::to_string(o.epochs));
+  HPCTRAIN_REQUIRE(o.max_steps >= 0, "--max-steps must be non-negative");
+  HPCTRAIN_REQUIRE(o.accumulate >= 1, "--accumulate must be at least 1, got " + std::to_string(o.accumulate));
+  HPCTRAIN_REQUIRE(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number");
+  HPCTRAIN_REQUIRE(o.momentum >= 0 && o.momentum < 1, "--momentum must lie in [0, 1)");
+  HPCTRAIN_REQUIRE(o.weight_decay >= 0, "--weight-decay must be non-negative");
+  HPCTRAIN_REQUIRE(o.clip_norm >= 0, "--clip-norm must be non-negative (0 disables clipping)");
+  HPCTRAIN_REQUIRE(o.optimizer == "sgd" || o.optimizer == "adamw",
+                   "--optimizer: unknown optimiser '" + o.optimizer + "' (expected sgd or adamw)");
+  HPCTRAIN_REQUIRE(o.prefetch_depth >= 1, "--prefetch must be at least 1");
+}
+
+std::unique_ptr<core::Optimizer<float>> make_optimizer(const TrainOptions& o, double lr) {
+  if (o.optimizer == "adamw") {
+    core::AdamWOptions a;
+    a.lr = lr;
+    a.weight_decay = o.weight_decay;
+    return std::make_unique<core::AdamW<float>>(a);
+  }
+  core::SgdOptions s;
+  s.lr = lr;
+  s.momentum = o.momentum;
+  s.nesterov = o.nesterov;
+  s.weight_decay = o.weight_decay;
+  return std::make_unique<core::Sgd<float>>(s);
+}
+
+/// Host batch -> model input and labels (reusing device storage across steps).
+struct DeviceBatch {
+  core::Tensor<float> x;
+  core::Labels labels;
+
+  void load(const io::Batch& b, const core::Shape& sample_shape) {
+    core::Shape shape{static_cast<std::int64_t>(b.count)};
+    shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+    core::ensure_shape(x, "hpctrain::batch::x", shape);
+    core::from_host(x.data, b.samples);
+    if (labels.extent(0) != b.count) labels = core::Labels("hpctrain::batch::labels", b.count);
+    Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
+        b.labels.data(), b.count);
+    Kokkos::deep_copy(labels, host);
+  }
+};
+
+EvalResult evaluate(models::Sequential<float>& model, const io::DatasetReader& reader, coll::Communicator& comm) {
+  const std::int64_t n = reader.info().count;
+  io::EpochPlan plan(n, 1000, comm.rank(), comm.size(), 0, /*drop_last=*/false, /*shuffle=*/false);
+  double sums[3] = {0, 0, 0};  // loss sum, correct, samples
+  DeviceBatch device;
+  core::Tensor<float> dlogits;
+  for (std::int64_t b = 0; b < plan.batches_per_epoch(); ++b) {
+    io::Batch batch = io::read_batch(reader, plan, 0, b);
+    if (batch.count == 0) continue;
+    device.load(batch, model.input_shape());
+    core::Tensor<float> logits = model.forward(device.x, /*train=*/false);
+    core::ensure_shape(dlogits, "hpctrain::eval::dlogits", logits.shape);
+    const auto rows = static_cast<std::int64_t>(batch.count);
+    sums[0] += core::softmax_cross_entropy(logits, device.labels, rows, dlogits) * static_cast<double>(rows);
+    sums[1] += static_cast<double>(core::count_correct(logits, device.labels));
+    sums[2] += static_cast<double>(rows);
+  }
+  comm.allreduce(sums, 3, coll::ReduceOp::sum);
+  EvalResult r;
+  r.samples = static_cast<std::int64_t>(sums[2]);
+  if (r.samples > 0) {
+    r.loss = sums[0] / sums[2];
+    r.accuracy = sums[1] / sums[2];
+  }
+  return r;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", t / 3600, (t / 60) % 60, t % 60);
+  return buf;
+}
+
+/// Gathers every rank's Chrome-trace events to rank 0, which writes the file.
+void write_timeline(const Timeline& timeline, coll::Communicator& comm, const std::string& path) {
+  const std::string mine = timeline.chrome_events(comm.rank());
+  std::int64_t length = static_cast<std::int64_t>(mine.size());
+  std::int64_t longest = length;
+  comm.allreduce(&longest, 1, coll::ReduceOp::max);
+  const std::size_t words = static_cast<std::size_t>((longest + 7) / 8) + 1;  // +1: the length
+  std::vector<std::int64_t> packed(words, 0), all(words * static_cast<std::size_t>(comm.size()));
+  packed[0] = length;
+  std::memcpy(packed.data() + 1, mine.data(), mine.size());
+  comm.allgather(packed.data(), all.data(), words, coll::DataType::i64);
+  if (comm.rank() != 0) return;
+  std::ofstream out(path);
+  HPCTRAIN_REQUIRE(out.good(), "--timeline: cannot write '" + path + "'");
+  out << "{\"traceEvents\":[";
+  for (int r = 0; r < comm.size(); ++r) {
+    const std::int64_t* block = all.data() + static_cast<std::size_t>(r) * words;
+    if (r) out << ",";
+    out.write(reinterpret_cast<const char*>(block + 1), block[0]);
+  }
+  out << "],\"displayTimeUnit\":\"ms\"}\n";
+}
+
+}  // namespace
+
+std::uint64_t parameter_checksum(const float* data, std::size_t count) {
+  return XXH3_64bits(data, count * sizeof(float));
+}
+
+TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
+  validate(o);
+  const int rank = comm.rank();
+  const bool chatty = rank == 0 && !o.quiet;
+
+  io::DatasetReaderOptions read_options;
+  read_options.mean = o.normalize_mean;
+  read_options.stddev = o.normalize_std;
+  io::DatasetReader reader(o.data, read_options);
+  std::optional<io::DatasetReader> eval_reader;
+  if (!o.eval_data.empty()) eval_reader.emplace(o.eval_data, read_options);
+
+  auto model = models::build_model<float>(o.model);
+  const auto classes = static_cast<std::int32_t>(model->output_shape().back());
+  reader.require_compatible(model->input_shape(), classes);
+  if (eval_reader) eval_reader->require_compatible(model->input_shape(), classes);
+
+  comm.barrier();  // common origin for the timeline
+  Timeline timeline(!o.timeline_path.empty());
+  DataParallel dp(comm, *model, o.parallel, &timeline);
+  dp.broadcast_parameters();
+
+  io::EpochPlan plan(reader.info().count, o.global_batch, rank, comm.size(), o.seed, o.drop_last);
+  const std::int64_t batches = plan.batches_per_epoch();
+  HPCTRAIN_REQUIRE(batches > 0, "--global-batch " + std::to_string(o.global_batch) + " is larger than the " +
+                                    std::to_string(reader.info().count) + " samples of '" + o.data +
+                                    "' with drop-last on: no full batch")
+  ;
+  const std::int64_t steps_per_epoch = (batches + o.accumulate - 1) / o.accumulate;
+  std::int64_t total_steps = steps_per_epoch * o.epochs;
+  if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
+
+  LrSchedule schedule = o.schedule;
+  schedule.base_lr = scale_learning_rate(o.lr, o.global_batch * o.accumulate, o.lr_reference_batch, o.lr_scaling);
+  schedule.total_steps = total_steps;
+  auto optimizer = make_optimizer(o, schedule.at(0));
+
+  std::ofstream metrics;
+  if (rank == 0 && !o.metrics_path.empty()) {
+    metrics.open(o.metrics_path);
+    HPCTRAIN_REQUIRE(metrics.good(), "--metrics: cannot write '" + o.metrics_path + "'");
+  }
+  if (chatty) {
+    std::printf("hpctrain: %s, %lld parameters, %d ranks, global batch %lld%s, %lld steps (%lld epochs x %lld)\n",
+                o.model.value("name", std::string("model")).c_str(), static_cast<long long>(model->parameter_count()),
+                comm.size(), static_cast<long long>(o.global_batch),
+                o.accumulate > 1 ? (" x " + std::to_string(o.accumulate) + " accumulated").c_str() : "",
+                static_cast<long long>(total_steps), static_cast<long long>(o.epochs),
+                static_cast<long long>(steps_per_epoch));
+    std::printf("hpctrain: data '%s' (%lld samples), %zu gradient buckets, lr %.4g (%s schedule)\n", o.data.c_str(),
+                static_cast<long long>(reader.info().count), dp.buckets().size(), schedule.base_lr,
+                to_string(schedule.kind).c_str());
+    std::fflush(stdout);
+  }
+
+  TrainResult result;
+  result.parameter_count = model->parameter_count();
+  DeviceBatch device;
+  core::Tensor<float> dlogits;
+  std::int64_t step = 0;
+  double window_loss = 0.0;
+  std::int64_t window_steps = 0, window_samples = 0;
+  double compute_s = 0, comm_s = 0, data_s = 0;
+  Clock::time_point throughput_start{}, window_start = Clock::now();
+  std::int64_t throughput_samples = 0;
+  const auto run_start = Clock::now();
+
+  for (std::int64_t epoch = 0; epoch < o.epochs && step < total_steps; ++epoch) {
+    io::Prefetcher prefetch(reader, plan, epoch, 0, o.prefetch_depth);
+    std::int64_t micro = 0;
+    double step_loss = 0.0;
+    std::int64_t divisor = 0, step_samples = 0;
+    for (std::int64_t b = 0; b < batches && step < total_steps; ++b) {
+      const bool record = timeline.enabled() && step < o.timeline_steps;
+      const auto t_data = Clock::now();
+      std::optional<io::Batch> batch = prefetch.next();
+      HPCTRAIN_REQUIRE(batch.has_value(), "data loader ended early in epoch " + std::to_string(epoch));
+      const auto t_compute = Clock::now();
+      data_s += seconds(t_data, t_compute);
+      if (record) timeline.add(Span{"data wait", "data", 0, t_data, t_compute});
+
+      if (micro == 0) {
+        model->zero_gradients();
+        divisor = 0;
+        const std::int64_t group_end = std::min(batches, b + o.accumulate);
+        for (std::int64_t g = b; g < group_end; ++g) divisor += plan.global_batch_size(g);
+        step_loss = 0.0;
+        step_samples = 0;
+      }
+      const bool sync = micro == o.accumulate - 1 || b == batches - 1;
+      dp.begin_step(sync);
+      Clock::time_point backward_end = t_compute;
+      if (batch->count > 0) {
+        device.load(*batch, model->input_shape());
+        model->set_rng_position(static_cast<std::uint64_t>(step),
+                                epoch * reader.info().count + b * o.global_batch + plan.rank_slice(b).offset);
+        core::Tensor<float> logits = model->forward(device.x, /*train=*/true);
+        core::ensure_shape(dlogits, "hpctrain::train::dlogits", logits.shape);
+        step_loss += core::softmax_cross_entropy(logits, device.labels, divisor, dlogits);
+        const auto t_backward = Clock::now();
+        if (record) timeline.add(Span{"forward", "compute", 0, t_compute, t_backward});
+        model->backward(dlogits, false, dp.backward_hook());
+        Kokkos::fence();
+        backward_end = Clock::now();
+        if (record) timeline.add(Span{"backward", "compute", 0, t_backward, backward_end});
+      }
+      step_samples += plan.global_batch_size(b);
+      const auto t_wait = Clock::now();
+      const double waited = dp.finish();
+      comm_s += waited;
+      if (sync) {
+        for (const auto& [started, finished] : dp.last_step_spans()) {
+          if (started < backward_end && batch->count > 0) result.overlap_observed = true;
+        }
+        const auto t_opt = Clock::now();
+        if (o.clip_norm > 0) core::clip_grad_norm(model->gradient_buffer(), o.clip_norm);  // already global
+        optimizer->set_learning_rate(schedule.at(step));
+        optimizer->step(model->parameter_buffer(), model->gradient_buffer());
+        Kokkos::fence();
+        const auto t_end = Clock::now();
+        if (record) timeline.add(Span{"optimizer", "optimizer", 0, t_opt, t_end});
+        compute_s += seconds(t_compute, t_wait) + seconds(t_opt, t_end);
+        ++step;
+        ++window_steps;
+        window_loss += step_loss;  // this rank's share of the mean loss
+        window_samples += step_samples;
+        if (step == o.warmup_steps_for_throughput) throughput_start = t_end;
+        if (step > o.warmup_steps_for_throughput) throughput_samples += step_samples;
+        micro = 0;
+        const bool last = step == total_steps;
+        if ((o.log_every > 0 && step % o.log_every == 0) || last) {
+          double loss = window_loss;
+          comm.allreduce(&loss, 1, coll::ReduceOp::sum);
+          loss /= static_cast<double>(window_steps);
+          const double elapsed = seconds(window_start, t_end);
+          const double rate = static_cast<double>(window_samples) / std::max(elapsed, 1e-9);
+          const double eta = static_cast<double>(total_steps - step) * elapsed / static_cast<double>(window_steps);
+          if (chatty) {
+            std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  ETA %s\n",
+                        static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs),
+                        static_cast<long long>(step), static_cast<long long>(total_steps), loss,
+                        schedule.at(step - 1), rate, format_duration(eta).c_str());
+            std::fflush(stdout);
+          }
+          if (metrics.is_open()) {
+            metrics << nlohmann::json{{"type", "train"}, {"step", step}, {"epoch", epoch}, {"loss", loss},
+                                      {"lr", schedule.at(step - 1)}, {"samples_per_s", rate},
+                                      {"compute_s", compute_s}, {"comm_exposed_s", comm_s}, {"data_wait_s", data_s}}
+                           .dump()
+                    << "\n";
+            metrics.flush();
+          }
+          result.final_train_loss = loss;
+          window_loss = 0;
+          window_steps = 0;
+          window_samples = 0;
+          window_start = Clock::now();
+        }
+      } else {
+        compute_s += seconds(t_compute, t_wait);
+        ++micro;
+      }
+    }
+    result.epochs_completed = epoch + 1;
+    if (eval_reader) {
+      result.eval = evaluate(*model, *eval_reader, comm);
+      if (chatty) {
+        std::printf("epoch %lld/%lld  test loss %.4f  test accuracy %.2f%% (%lld samples)\n",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), result.eval.loss,
+                    100.0 * result.eval.accuracy, static_cast<long long>(result.eval.samples));
+        std::fflush(stdout);
+      }
+      if (metrics.is_open()) {
+        metrics << nlohmann::json{{"type", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", result.eval.loss},
+                                  {"accuracy", result.eval.accuracy}}
+                       .dump()
+                << "\n";
+        metrics.flush();
+      }
+    }
+  }
+
+  const auto run_end = Clock::now();
+  double throughput_s = throughput_samples > 0 ? seconds(throughput_start, run_end) : 0.0;
+  comm.allreduce(&throughput_s, 1, coll::ReduceOp::max);  // the slowest rank sets the pace
+  result.samples_per_s = throughput_s > 0 ? static_cast<double>(throughput_samples) / throughput_s : 0.0;
+  result.steps = step;
+  result.seconds = seconds(run_start, run_end);
+  result.compute_s = compute_s;
+  result.comm_exposed_s = comm_s;
+  result.data_wait_s = data_s;
+  const std::vector<float> params = core::to_host(model->parameter_buffer());
+  result.parameter_checksum = parameter_checksum(params.data(), params.size());
+  if (o.keep_parameters) result.parameters = params;
+  int overlap = result.overlap_observed ? 1 : 0;
+  comm.allreduce(&overlap, 1, coll::ReduceOp::max);
+  result.overlap_observed = overlap != 0;
+  if (!o.timeline_path.empty()) write_timeline(timeline, comm, o.timeline_path);
+  if (chatty) {
+    std::printf("hpctrain: done: %lld steps in %.1f s, %.0f samples/s after %lld warm-up steps "
+                "(rank 0: compute %.1f s, exposed communication %.1f s, data wait %.1f s)\n",
+                static_cast<long long>(step), result.seconds, result.samples_per_s,
+                static_cast<long long>(o.warmup_steps_for_throughput), compute_s, comm_s, data_s);
+    std::printf("hpctrain: final parameter checksum xxh3:%016llx (%lld parameters)\n",
+                static_cast<unsigned long long>(result.parameter_checksum),
+                static_cast<long long>(result.parameter_count));
+    std::fflush(stdout);
+  }
+  return result;
+}
+
+}  // namespace hpctrain::train
