@@ -17,6 +17,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files
   dataset-fashion-mnist python3-h5py python3-numpy
+  # linting the Spack package (Spack itself is not packaged)
+  flake8 black isort python3-yaml
 )
 
 missing=()

@@ -24,7 +24,7 @@ bool SpinWait::expired() {
 
 void SpinWait::fail(const Request* reqs, std::size_t n) const {
   std::ostringstream os;
-  os << (policy_.what.empty() ? std::string("collective") : policy_.what) << " did not complete within "
+  os << policy_.description() << " did not complete within "
      << policy_.timeout.count() << " s (HPCTRAIN_COLL_TIMEOUT_S); still waiting for:";
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {
@@ -38,6 +38,16 @@ void SpinWait::fail(const Request* reqs, std::size_t n) const {
 }
 
 }  // namespace detail
+
+std::string WaitPolicy::description() const {
+  if (!what.empty()) return what;
+  if (op == nullptr) return "collective";
+  std::string d = std::string(op) + "(" + std::string(to_string(algorithm)) + ") #" + std::to_string(sequence);
+  if (transport != nullptr) {
+    d += " over " + transport->name() + " with " + std::to_string(transport->size()) + " ranks";
+  }
+  return d;
+}
 
 void wait_all(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& policy) {
   detail::SpinWait spin(policy);

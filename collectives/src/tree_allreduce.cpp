@@ -1,8 +1,9 @@
 // Tree all-reduce.
 //
 // Small messages (≤ Tuning::tree_binomial_max_bytes): binomial reduce to rank 0, then binomial
-// broadcast. 2⌈lg p⌉ α + 2⌈lg p⌉ n·β + ⌈lg p⌉ n·γ: latency-optimal up to a factor of two, the
-// right shape when α dominates.
+// broadcast, the root's last receive and first send fused into one exchange (see
+// binomial_allreduce). (2⌈lg p⌉-1)(α + n·β) + ⌈lg p⌉ n·γ: latency-optimal up to a factor of
+// two, the right shape when α dominates.
 //
 // Large messages: pipelined double binary tree (Sanders, Speck & Träff 2009). The buffer is
 // split in two halves; half A is reduced up and broadcast down tree A, half B along tree B.
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <deque>
 #include <string>
 
@@ -36,24 +38,62 @@ constexpr Tag kTreeDownTag[2] = {18, 19};
 
 // ---- binomial ---------------------------------------------------------------------------
 
-void binomial_reduce(CollContext& ctx, std::byte* data, std::size_t count, DataType type,
-                     ReduceOp op) {
+/// Binomial all-reduce: binomial reduce to rank 0, binomial broadcast from rank 0, with the
+/// reduce's last step and the broadcast's first step fused. In the plain form rank `top` (the
+/// highest power of two below p) sends its half's partial result to rank 0, which reduces and
+/// sends the result straight back to `top`. Here 0 and `top` exchange their partials and both
+/// reduce, then each roots the broadcast of its half: 2⌈lg p⌉-1 message steps instead of
+/// 2⌈lg p⌉, which at p = 2 is one exchange instead of a round trip. Both compute
+/// op(lower half, upper half), so they hold the same bits even for min/max with NaN or ±0.
+void binomial_allreduce(CollContext& ctx, std::byte* data, std::size_t count, DataType type,
+                        ReduceOp op) {
   Transport& t = ctx.transport;
   const int p = t.size(), r = t.rank();
   const std::size_t bytes = count * size_of(type);
+  const Tag reduce_tag = ctx.base_tag | kBinomialReduceTag;
+  const Tag bcast_tag = ctx.base_tag | kBinomialBcastTag;
+  int top = 1;
+  while (top * 2 < p) top *= 2;
   std::byte* incoming = ctx.scratch_bytes(bytes);
-  for (int mask = 1; mask < p; mask <<= 1) {
-    if (r & mask) {  // send the partial result to the parent and stop
-      Request req = t.isend(data, bytes, r - mask, ctx.base_tag | kBinomialReduceTag);
+
+  // Reduce within [0, top) towards 0 and within [top, p) towards top.
+  bool sent_up = false;
+  for (int mask = 1; mask < top; mask <<= 1) {
+    if (r & mask) {  // pass the partial result to the parent; the result comes back down
+      Request req = t.isend(data, bytes, r - mask, reduce_tag);
       wait_all(t, &req, 1, ctx.policy);
-      return;
+      sent_up = true;
+      break;
     }
     if (r + mask < p) {
-      Request req = t.irecv(incoming, bytes, r + mask, ctx.base_tag | kBinomialReduceTag);
+      Request req = t.irecv(incoming, bytes, r + mask, reduce_tag);
       wait_all(t, &req, 1, ctx.policy);
       reduce_into(data, incoming, count, type, op);
     }
   }
+  int low = top;  // children of this rank in the broadcast: r + m for m < low
+  if (!sent_up) {  // r is 0 or top: exchange the two halves' partials
+    const int partner = r == 0 ? top : 0;
+    std::array<Request, 2> reqs = {t.irecv(incoming, bytes, partner, reduce_tag),
+                                   t.isend(data, bytes, partner, reduce_tag)};
+    wait_all(t, reqs.data(), reqs.size(), ctx.policy);
+    if (r == 0) {
+      reduce_into(data, incoming, count, type, op);
+    } else {
+      reduce_into(incoming, data, count, type, op);  // lower ⊕ upper, as on rank 0
+      std::memcpy(data, incoming, bytes);
+    }
+  } else {
+    low = r & -r;
+    Request req = t.irecv(data, bytes, r - low, bcast_tag);
+    wait_all(t, &req, 1, ctx.policy);
+  }
+  std::array<Request, 32> sends;
+  std::size_t n = 0;
+  for (int m = low >> 1; m > 0; m >>= 1) {
+    if (r + m < p) sends[n++] = t.isend(data, bytes, r + m, bcast_tag);
+  }
+  wait_all(t, sends.data(), n, ctx.policy);
 }
 
 void binomial_broadcast_tagged(CollContext& ctx, void* buf, std::size_t bytes, int root, Tag tag) {
@@ -270,8 +310,7 @@ void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType typ
   if (ctx.transport.size() == 1 || count == 0) return;
   auto* data = static_cast<std::byte*>(buf);
   if (count * size_of(type) <= ctx.tuning.tree_binomial_max_bytes) {
-    binomial_reduce(ctx, data, count, type, op);
-    binomial_broadcast_tagged(ctx, data, count * size_of(type), 0, ctx.base_tag | kBinomialBcastTag);
+    binomial_allreduce(ctx, data, count, type, op);
     return;
   }
   double_binary_tree(ctx, data, count, type, op);

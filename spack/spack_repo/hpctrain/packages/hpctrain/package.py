@@ -65,11 +65,14 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("fmt")
     depends_on("spdlog")
     depends_on("xxhash@0.8:")  # XXH3_64bits
+    depends_on("zlib-api")  # io: gzip-compressed IDX import
     depends_on("ucx@1.12:", when="+ucx")
     depends_on("benchmark", when="+benchmarks")
     # Only concretized and built with `spack install --test=...`; see docs/spack.md for the
     # known limitation of test dependencies inside environments.
     depends_on("googletest", type="test")
+    # The benchmark smoke test checks its JSON with a Python 3 script (skipped without one).
+    depends_on("python@3:", type="test", when="+benchmarks")
 
     # Kokkos: 3.4 is the oldest the code compiles against (Debian's 3.4.01); 5.x requires
     # C++20 and drops APIs the code has not been checked against, so the range stops at 4.x.
