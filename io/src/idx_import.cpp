@@ -1,4 +1,5 @@
 #include "hpctrain/io/idx_import.hpp"
+#include "hpctrain/io/durable_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -138,13 +139,6 @@ struct TemporaryFile {
     }
   }
 };
-
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return;  // best effort: the rename is what makes the file appear
-  (void)::fsync(fd);
-  ::close(fd);
-}
 
 H5Dataset create_chunked(hid_t file, const char* name, hid_t type, const std::vector<hsize_t>& dims,
                          const std::vector<hsize_t>& chunk, int compression_level,

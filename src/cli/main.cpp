@@ -1,7 +1,8 @@
 // The `hpctrain` command: train, data import-idx.
 //
 // Exit codes: 0 success; 1 error (one line on stderr, every rank ends through MPI_Abort);
-// 2 usage error (bad flag or value, reported by rank 0).
+// 2 usage error (bad flag or value, reported by rank 0); 75 preempted: a checkpoint was written
+// after SIGUSR1/SIGTERM and the job should be requeued (resume with --resume auto).
 
 #include <CLI/CLI.hpp>
 #include <mpi.h>
@@ -18,7 +19,9 @@
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/core/environment.hpp"
+#include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/idx_import.hpp"
+#include "hpctrain/train/preemption.hpp"
 #include "hpctrain/train/trainer.hpp"
 
 namespace fs = std::filesystem;
@@ -167,6 +170,19 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--normalize-mean", o.normalize_mean, "Input normalisation: mean")->capture_default_str();
   train.add_option("--normalize-std", o.normalize_std, "Input normalisation: standard deviation")
       ->capture_default_str();
+  train.add_option("--checkpoint-dir", o.checkpoint_dir,
+                   "Write sharded HDF5 checkpoints here (step-<N>/ directories, `latest`); also arms "
+                   "preemption handling: on SIGUSR1/SIGTERM all ranks checkpoint at the next step and exit 75");
+  train.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N optimiser steps (0: off)")
+      ->capture_default_str();
+  train.add_option("--checkpoint-every-s", o.checkpoint_every_s, "Checkpoint every T seconds (0: off)")
+      ->capture_default_str();
+  train.add_option("--keep", o.keep, "Newest checkpoints kept (older ones pruned after a new commit)")
+      ->capture_default_str();
+  train.add_option("--resume", o.resume,
+                   "none, auto (newest valid checkpoint in --checkpoint-dir; damaged ones are reported and "
+                   "skipped) or a step directory. Any rank count can resume any checkpoint")
+      ->capture_default_str();
   train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
   train.add_flag("--quiet", o.quiet, "Only errors");
 }
@@ -186,8 +202,27 @@ int run_train(TrainArgs& a, Communicator& comm) {
     if (o.eval_data.empty() && !a.no_eval) o.eval_data = ensure_fashion_mnist("test", comm);
   }
   if (a.no_eval) o.eval_data.clear();
-  hpctrain::train::run_training(o, comm);
-  return 0;
+  const auto result = hpctrain::train::run_training(o, comm);
+  return result.preempted ? hpctrain::train::kExitRequeue : 0;
+}
+
+int run_ckpt_inspect(const std::string& dir, Communicator& comm) {
+  if (comm.rank() != 0) return 0;
+  std::string step_dir = dir;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "manifest.json")) {
+    std::vector<hpctrain::io::CheckpointProblem> skipped;
+    step_dir = hpctrain::io::find_latest_checkpoint(dir, &skipped);
+    for (const auto& p : skipped) std::printf("INVALID %s: %s\n", p.path.c_str(), p.what.c_str());
+    HPCTRAIN_REQUIRE(!step_dir.empty(), "'" + dir + "' holds no valid checkpoint");
+  }
+  const auto problems = hpctrain::io::verify_checkpoint(step_dir);
+  if (problems.empty()) {
+    const auto m = hpctrain::io::read_manifest(step_dir);
+    std::printf("%s\n", m.dump(2).c_str());
+  }
+  for (const auto& p : problems) std::printf("INVALID %s: %s\n", p.path.c_str(), p.what.c_str());
+  std::printf("%s: %s\n", step_dir.c_str(), problems.empty() ? "all shard sizes and checksums verify" : "INVALID");
+  return problems.empty() ? 0 : 1;
 }
 
 struct ImportArgs {
@@ -255,6 +290,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   import->add_flag("--fashion-mnist", import_args.fashion_names, "Store Fashion-MNIST's class names");
 
+  std::string ckpt_dir, export_out;
+  CLI::App* ckpt = app.add_subcommand("ckpt", "Checkpoint tools");
+  ckpt->require_subcommand(1);
+  CLI::App* inspect = ckpt->add_subcommand("inspect", "Print a checkpoint's manifest and verify every shard's size and checksum "
+                                                      "(a step directory, or a checkpoint directory: its newest valid step)");
+  inspect->add_option("DIR", ckpt_dir, "step-<N> directory or --checkpoint-dir")->required();
+  CLI::App* exporter = ckpt->add_subcommand("export", "Write the model parameters of a checkpoint into one HDF5 file");
+  exporter->add_option("DIR", ckpt_dir, "step-<N> directory")->required();
+  exporter->add_option("OUT", export_out, "output .h5 file")->required();
+
   // --config FILE: its values go before the command line's arguments.
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
@@ -286,6 +331,15 @@ int main(int argc, char** argv) {
     Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
     if (*train) return run_train(train_args, comm);
     if (*import) return run_import(import_args, comm);
+    if (*inspect) return run_ckpt_inspect(ckpt_dir, comm);
+    if (*exporter) {
+      if (comm.rank() == 0) {
+        const auto n = hpctrain::io::export_checkpoint(ckpt_dir, export_out);
+        std::printf("hpctrain: wrote %zu tensors to %s\n", n, export_out.c_str());
+      }
+      comm.barrier();
+      return 0;
+    }
   } catch (const std::exception& e) {
     hpctrain::abort_job(e, 1);
   }

@@ -17,10 +17,12 @@
 #include "hpctrain/core/loss.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/core/tensor.hpp"
+#include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
 #include "hpctrain/io/prefetcher.hpp"
 #include "hpctrain/models/registry.hpp"
+#include "hpctrain/train/preemption.hpp"
 
 namespace hpctrain::train {
 
@@ -134,6 +136,138 @@ void write_timeline(const Timeline& timeline, coll::Communicator& comm, const st
   out << "],\"displayTimeUnit\":\"ms\"}\n";
 }
 
+
+/// Copies rank 0's string to every rank.
+std::string broadcast_string(coll::Communicator& comm, const std::string& s) {
+  std::int64_t length = comm.rank() == 0 ? static_cast<std::int64_t>(s.size()) : 0;
+  comm.broadcast(&length, 1, coll::DataType::i64, 0);
+  std::vector<std::int64_t> words(static_cast<std::size_t>((length + 7) / 8), 0);
+  if (comm.rank() == 0) std::memcpy(words.data(), s.data(), s.size());
+  comm.broadcast(words.data(), words.size(), coll::DataType::i64, 0);
+  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(length));
+}
+
+/// Rank 0's verdict (error text or "") reaches every rank; all throw together.
+void agree_with_rank0(coll::Communicator& comm, const std::string& error) {
+  const std::string verdict = broadcast_string(comm, error);
+  HPCTRAIN_REQUIRE(verdict.empty(), comm.rank() == 0 ? verdict : "rank 0: " + verdict);
+}
+
+/// What must match between a checkpoint and the run that resumes from it, so the sample
+/// sequence and the model are the same.
+nlohmann::json run_identity(const TrainOptions& o, std::int64_t samples) {
+  return {{"model", o.model},       {"global_batch", o.global_batch}, {"accumulate", o.accumulate},
+          {"seed", o.seed},         {"drop_last", o.drop_last},       {"optimizer", o.optimizer},
+          {"data_samples", samples}};
+}
+
+struct HostState {
+  std::vector<float> params;
+  std::vector<std::pair<std::string, std::vector<float>>> optimizer;  // (state name, values)
+};
+
+std::vector<io::CheckpointTensor> checkpoint_tensors(const models::Sequential<float>& model, const HostState& h) {
+  std::vector<io::CheckpointTensor> out;
+  for (const auto& p : model.parameter_info()) out.push_back({"params/" + p.name, p.shape, h.params.data() + p.offset});
+  for (const auto& [state, values] : h.optimizer) {
+    for (const auto& p : model.parameter_info()) {
+      out.push_back({"optimizer/" + state + "/" + p.name, p.shape, values.data() + p.offset});
+    }
+  }
+  return out;
+}
+
+void save_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Sequential<float>& model,
+                     core::Optimizer<float>& optimizer, std::int64_t step, std::int64_t epoch, std::int64_t next_batch,
+                     std::int64_t samples, const char* reason, bool chatty) {
+  Kokkos::fence();
+  if (optimizer.state().empty()) optimizer.allocate_state(model.parameter_count());
+  HostState h;
+  h.params = core::to_host(model.parameter_buffer());
+  for (const auto& s : optimizer.state()) h.optimizer.emplace_back(s.name, core::to_host(s.tensor.data));
+  nlohmann::json meta = run_identity(o, samples);
+  meta["step"] = step;
+  meta["epoch"] = epoch;
+  meta["next_batch"] = next_batch;
+  meta["optimizer_step_count"] = optimizer.step_count();
+  meta["parameter_checksum"] = parameter_checksum(h.params.data(), h.params.size());
+  meta["reason"] = reason;
+  const auto r = io::write_checkpoint(comm, o.checkpoint_dir, step, meta, checkpoint_tensors(model, h), o.keep);
+  if (chatty) {
+    std::printf("hpctrain: checkpoint %s (%s): %.1f MB in %.2f s (%.0f MB/s)\n", r.path.c_str(), reason,
+                static_cast<double>(r.bytes) / 1e6, r.seconds, static_cast<double>(r.bytes) / 1e6 / std::max(r.seconds, 1e-9));
+    std::fflush(stdout);
+  }
+}
+
+struct ResumePoint {
+  std::string path;
+  std::int64_t step = 0, epoch = 0, next_batch = 0;
+};
+
+ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Sequential<float>& model,
+                                   core::Optimizer<float>& optimizer, std::int64_t samples, bool chatty) {
+  ResumePoint point;
+  std::string chosen, error;
+  if (comm.rank() == 0) {
+    try {
+      if (o.resume == "auto") {
+        HPCTRAIN_REQUIRE(!o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
+        std::vector<io::CheckpointProblem> skipped;
+        chosen = io::find_latest_checkpoint(o.checkpoint_dir, &skipped);
+        for (const auto& p : skipped) std::fprintf(stderr, "hpctrain: skipping checkpoint: %s: %s\n", p.path.c_str(), p.what.c_str());
+        if (chosen.empty() && chatty) std::printf("hpctrain: no valid checkpoint in '%s': starting fresh\n", o.checkpoint_dir.c_str());
+      } else {
+        const auto problems = io::verify_checkpoint(o.resume);
+        std::string all;
+        for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p.path + ": " + p.what;
+        HPCTRAIN_REQUIRE(problems.empty(), "--resume '" + o.resume + "' is not a valid checkpoint: " + all);
+        chosen = o.resume;
+      }
+      if (!chosen.empty()) {
+        const nlohmann::json meta = io::read_manifest(chosen).at("metadata");
+        const nlohmann::json want = run_identity(o, samples);
+        for (const auto& [key, value] : want.items()) {
+          HPCTRAIN_REQUIRE(meta.contains(key) && meta.at(key) == value,
+                           "checkpoint '" + chosen + "' was written with " + key + " = " +
+                               (meta.contains(key) ? meta.at(key).dump() : std::string("(absent)")) +
+                               ", this run has " + value.dump() + ": resume needs the same value");
+        }
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_with_rank0(comm, error);
+  point.path = broadcast_string(comm, chosen);
+  if (point.path.empty()) return point;
+
+  const nlohmann::json meta = io::read_manifest(point.path).at("metadata");
+  optimizer.allocate_state(model.parameter_count());
+  HostState h;
+  h.params.resize(static_cast<std::size_t>(model.parameter_count()));
+  const auto state = optimizer.state();
+  for (const auto& s : state) h.optimizer.emplace_back(s.name, std::vector<float>(h.params.size()));
+  std::vector<io::CheckpointDestination> dests;
+  for (const auto& t : checkpoint_tensors(model, h)) dests.push_back({t.name, t.shape, const_cast<float*>(t.data)});
+  io::read_checkpoint_tensors(point.path, dests);
+  core::from_host(model.parameter_buffer(), h.params);
+  for (std::size_t i = 0; i < state.size(); ++i) core::from_host(state[i].tensor.data, h.optimizer[i].second);
+  optimizer.set_step_count(meta.at("optimizer_step_count").get<std::int64_t>());
+  point.step = meta.at("step").get<std::int64_t>();
+  point.epoch = meta.at("epoch").get<std::int64_t>();
+  point.next_batch = meta.at("next_batch").get<std::int64_t>();
+  Kokkos::fence();
+  if (chatty) {
+    std::printf("hpctrain: resumed from %s (step %lld, epoch %lld, batch %lld; written by %lld ranks)\n",
+                point.path.c_str(), static_cast<long long>(point.step), static_cast<long long>(point.epoch + 1),
+                static_cast<long long>(point.next_batch),
+                static_cast<long long>(io::read_manifest(point.path).at("world_size").get<std::int64_t>()));
+    std::fflush(stdout);
+  }
+  return point;
+}
+
 }  // namespace
 
 std::uint64_t parameter_checksum(const float* data, std::size_t count) {
@@ -176,6 +310,17 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   schedule.base_lr = scale_learning_rate(o.lr, o.global_batch * o.accumulate, o.lr_reference_batch, o.lr_scaling);
   schedule.total_steps = total_steps;
   auto optimizer = make_optimizer(o, schedule.at(0));
+  const std::int64_t samples = reader.info().count;
+  ResumePoint start;
+  if (o.resume != "none") start = resume_from_checkpoint(comm, o, *model, *optimizer, samples, chatty);
+  if (start.next_batch >= batches) {
+    ++start.epoch;
+    start.next_batch = 0;
+  }
+  const bool checkpointing = !o.checkpoint_dir.empty();
+  HPCTRAIN_REQUIRE(o.checkpoint_every >= 0 && o.checkpoint_every_s >= 0, "--checkpoint-every must be non-negative");
+  HPCTRAIN_REQUIRE(!checkpointing || o.keep >= 1, "--keep must be at least 1");
+  if (checkpointing) install_preemption_handlers();
 
   std::ofstream metrics;
   if (rank == 0 && !o.metrics_path.empty()) {
@@ -197,9 +342,12 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
 
   TrainResult result;
   result.parameter_count = model->parameter_count();
+  result.resumed_from = start.path;
   DeviceBatch device;
   core::Tensor<float> dlogits;
-  std::int64_t step = 0;
+  std::int64_t step = start.step;
+  const std::int64_t first_step = start.step;
+  auto last_checkpoint = Clock::now();
   double window_loss = 0.0;
   std::int64_t window_steps = 0, window_samples = 0;
   double compute_s = 0, comm_s = 0, data_s = 0;
@@ -207,12 +355,13 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   std::int64_t throughput_samples = 0;
   const auto run_start = Clock::now();
 
-  for (std::int64_t epoch = 0; epoch < o.epochs && step < total_steps; ++epoch) {
-    io::Prefetcher prefetch(reader, plan, epoch, 0, o.prefetch_depth);
+  for (std::int64_t epoch = start.epoch; epoch < o.epochs && step < total_steps && !result.preempted; ++epoch) {
+    const std::int64_t first_batch = epoch == start.epoch ? start.next_batch : 0;
+    io::Prefetcher prefetch(reader, plan, epoch, first_batch, o.prefetch_depth);
     std::int64_t micro = 0;
     double step_loss = 0.0;
     std::int64_t divisor = 0, step_samples = 0;
-    for (std::int64_t b = 0; b < batches && step < total_steps; ++b) {
+    for (std::int64_t b = first_batch; b < batches && step < total_steps; ++b) {
       const bool record = timeline.enabled() && step < o.timeline_steps;
       const auto t_data = Clock::now();
       std::optional<io::Batch> batch = prefetch.next();
@@ -266,8 +415,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
         ++window_steps;
         window_loss += step_loss;  // this rank's share of the mean loss
         window_samples += step_samples;
-        if (step == o.warmup_steps_for_throughput) throughput_start = t_end;
-        if (step > o.warmup_steps_for_throughput) throughput_samples += step_samples;
+        if (step - first_step == o.warmup_steps_for_throughput) throughput_start = t_end;
+        if (step - first_step > o.warmup_steps_for_throughput) throughput_samples += step_samples;
         micro = 0;
         const bool last = step == total_steps;
         if ((o.log_every > 0 && step % o.log_every == 0) || last) {
@@ -298,11 +447,34 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
           window_samples = 0;
           window_start = Clock::now();
         }
+        if (checkpointing) {
+          // All ranks agree at the step boundary: a signal on any rank, or rank 0's clock.
+          int flags[2] = {preemption_requested() ? 1 : 0,
+                          rank == 0 && o.checkpoint_every_s > 0 &&
+                                  seconds(last_checkpoint, Clock::now()) >= o.checkpoint_every_s
+                              ? 1
+                              : 0};
+          comm.allreduce(flags, 2, coll::ReduceOp::max);
+          const bool periodic = (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || flags[1];
+          if (flags[0] || periodic || step == total_steps) {
+            save_checkpoint(comm, o, *model, *optimizer, step, epoch, b + 1, samples,
+                            flags[0] ? "preemption" : (step == total_steps ? "final" : "periodic"), chatty);
+            ++result.checkpoints_written;
+            last_checkpoint = Clock::now();
+          }
+          if (flags[0]) {
+            result.preempted = true;
+            if (chatty) std::printf("hpctrain: preemption signal received: checkpointed at step %lld, exiting with %d (requeue)\n",
+                                    static_cast<long long>(step), kExitRequeue);
+            break;
+          }
+        }
       } else {
         compute_s += seconds(t_compute, t_wait);
         ++micro;
       }
     }
+    if (result.preempted) break;
     result.epochs_completed = epoch + 1;
     if (eval_reader) {
       result.eval = evaluate(*model, *eval_reader, comm);

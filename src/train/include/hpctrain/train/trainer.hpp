@@ -45,6 +45,13 @@ struct TrainOptions {
   std::int64_t warmup_steps_for_throughput = 5;  ///< excluded from samples/s
   bool quiet = false;
   bool keep_parameters = false;  ///< return the final parameters in TrainResult (tests)
+
+  // Checkpoints (io/checkpoint.hpp) and preemption (preemption.hpp).
+  std::string checkpoint_dir;          ///< empty = no checkpoints, no preemption handling
+  std::int64_t checkpoint_every = 0;   ///< every N optimiser steps (0 = off)
+  double checkpoint_every_s = 0.0;     ///< and/or every T seconds (0 = off)
+  int keep = 3;                        ///< newest checkpoints kept
+  std::string resume = "none";         ///< none | auto (newest valid in checkpoint_dir) | a step directory
 };
 
 struct EvalResult {
@@ -66,6 +73,9 @@ struct TrainResult {
   /// Whether some bucket's all-reduce started before backward ended (timeline evidence).
   bool overlap_observed = false;
   std::vector<float> parameters;  ///< final parameters when TrainOptions::keep_parameters
+  std::string resumed_from;       ///< step directory the run started from ("" = fresh)
+  std::int64_t checkpoints_written = 0;
+  bool preempted = false;  ///< stopped on SIGUSR1/SIGTERM after checkpointing (exit kExitRequeue)
 };
 
 /// Trains on `comm` (every rank calls it with the same options). Throws hpctrain::Error on bad

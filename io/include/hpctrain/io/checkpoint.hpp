@@ -1,0 +1,99 @@
+#pragma once
+/// @file
+/// Sharded HDF5 checkpoints: atomic commit, corruption detection, resharding on load.
+///
+/// Layout of `<dir>/step-<N>/`:
+///   manifest.json                      format, step, world size, caller's metadata, every
+///                                      tensor's global shape and which shard holds which slice,
+///                                      every shard's byte size and XXH3-64 checksum
+///   shard-<r>-of-<P>.h5                rank r's slices: one 1-D float32 dataset per tensor
+///                                      piece, named by the tensor (e.g. /params/0.dense.weight),
+///                                      with attributes `global_shape` and `offset` (elements)
+/// `<dir>/latest` holds the name of the newest committed step directory.
+///
+/// Replicated tensors (data-parallel parameters and optimiser state) are written once: the
+/// concatenation of all tensors is split evenly over the ranks, so each rank writes about 1/P
+/// of the bytes.
+///
+/// Commit: shards are written into `<dir>/.step-<N>.tmp/`, fsynced and checksummed; the ranks
+/// agree that every shard succeeded; rank 0 writes the manifest (temporary name, fsync,
+/// rename), renames the directory to `step-<N>`, fsyncs `<dir>`, then replaces `latest` the
+/// same way and prunes old steps beyond `keep`. A crash at any point leaves the previous
+/// checkpoint and `latest` intact; leftover temporaries are removed by the next commit.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hpctrain/collectives/communicator.hpp"
+
+namespace hpctrain::io {
+
+/// A float32 tensor held identically by every rank (host memory).
+struct CheckpointTensor {
+  std::string name;                 ///< HDF5 path inside a shard, e.g. "params/0.dense.weight"
+  std::vector<std::int64_t> shape;  ///< global shape
+  const float* data = nullptr;      ///< product(shape) elements
+};
+
+struct CommitResult {
+  std::string path;            ///< the committed step directory
+  std::uint64_t bytes = 0;     ///< all shards together
+  double seconds = 0.0;        ///< write + commit, max over ranks
+};
+
+/// Writes a checkpoint of `tensors` at `step` (collective over `comm`). `metadata` is stored in
+/// the manifest as is. Keeps the newest `keep` (>= 1) steps. Throws hpctrain::Error naming the
+/// file on any failure on any rank; the previous checkpoint stays intact.
+CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, std::int64_t step,
+                              const nlohmann::json& metadata, const std::vector<CheckpointTensor>& tensors,
+                              int keep);
+
+/// A problem found while checking a checkpoint: which file, what is wrong.
+struct CheckpointProblem {
+  std::string path;
+  std::string what;
+};
+
+/// Checks a step directory: manifest present, well-formed and within limits; every shard
+/// present with the recorded size and checksum. Returns the problems (empty = valid).
+/// `max_elements` bounds what a manifest may claim (rejects absurd shapes before allocating).
+std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir,
+                                                 std::int64_t max_elements = std::int64_t{1} << 34);
+
+/// The newest valid step directory under `dir` (checked with verify_checkpoint, newest first,
+/// `latest` consulted first); "" when there is none. Every invalid candidate is appended to
+/// `skipped`. Local (no communication).
+std::string find_latest_checkpoint(const std::string& dir, std::vector<CheckpointProblem>* skipped);
+
+/// The parsed manifest of a step directory (throws naming the file when unreadable).
+nlohmann::json read_manifest(const std::string& step_dir);
+
+/// Where to put a tensor read from a checkpoint.
+struct CheckpointDestination {
+  std::string name;
+  std::vector<std::int64_t> shape;  ///< must equal the stored global shape
+  float* data = nullptr;
+};
+
+/// Reads every destination tensor from the pieces of whichever shards hold it (any writer
+/// rank count), after checking names and shapes against the manifest. Local (each rank reads
+/// what it needs).
+void read_checkpoint_tensors(const std::string& step_dir, const std::vector<CheckpointDestination>& tensors);
+
+/// Names of the tensors recorded in a manifest, in order, with their shapes.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> checkpoint_tensor_list(const nlohmann::json& manifest);
+
+}  // namespace hpctrain::io
+
+namespace hpctrain::io {
+
+/// Writes the tensors of a (verified) step directory whose names start with `prefix` into one
+/// HDF5 file, each under its name without the prefix and with its global shape (written under
+/// a temporary name, then renamed). Returns the number of tensors written.
+std::size_t export_checkpoint(const std::string& step_dir, const std::string& out_path,
+                              const std::string& prefix = "params/");
+
+}  // namespace hpctrain::io

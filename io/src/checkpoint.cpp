@@ -1,0 +1,495 @@
+#include "hpctrain/io/checkpoint.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/io/durable_file.hpp"
+#include "hpctrain/io/h5.hpp"
+
+namespace hpctrain::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "hpctrain-checkpoint";
+constexpr std::int64_t kFormatVersion = 1;
+constexpr std::size_t kMessageWords = 48;  // 384 bytes of error text per rank
+
+std::string step_name(std::int64_t step) { return "step-" + std::to_string(step); }
+std::string shard_name(int rank, int world) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "shard-%05d-of-%05d.h5", rank, world);
+  return buf;
+}
+std::string hex64(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+/// Step number of a directory name "step-<N>", or -1.
+std::int64_t parse_step(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() <= 5 || name.size() > 24) return -1;
+  std::int64_t n = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n;
+}
+
+/// Test hook: HPCTRAIN_FAULT_KILL_DURING_CHECKPOINT="<rank>:<step>" makes that rank SIGKILL
+/// itself after writing the first piece of its shard at that step (a crash mid-write).
+void maybe_crash(int rank, std::int64_t step) {
+  const char* spec = std::getenv("HPCTRAIN_FAULT_KILL_DURING_CHECKPOINT");
+  if (!spec) return;
+  int r = -1;
+  long long s = -1;
+  if (std::sscanf(spec, "%d:%lld", &r, &s) == 2 && r == rank && s == step) std::raise(SIGKILL);
+}
+
+/// Collective agreement: every rank passes its error text ("" = fine); throws on every rank
+/// with all failing ranks' messages when any failed.
+void agree(coll::Communicator& comm, const std::string& my_error, const std::string& what) {
+  std::vector<std::int64_t> mine(kMessageWords, 0), all(kMessageWords * static_cast<std::size_t>(comm.size()));
+  std::memcpy(mine.data(), my_error.data(), std::min(my_error.size(), kMessageWords * 8 - 1));
+  comm.allgather(mine.data(), all.data(), kMessageWords, coll::DataType::i64);
+  std::string combined;
+  for (int r = 0; r < comm.size(); ++r) {
+    const char* text = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * kMessageWords);
+    const std::string msg(text, strnlen(text, kMessageWords * 8));
+    if (!msg.empty()) combined += (combined.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + msg);
+  }
+  HPCTRAIN_REQUIRE(combined.empty(), what + " failed: " + combined);
+}
+
+/// A piece of the concatenation of all tensors, [begin, end), mapped to tensor slices.
+struct Piece {
+  std::size_t tensor;
+  std::int64_t offset, count;  // within the tensor
+};
+std::vector<Piece> pieces_of(const std::vector<CheckpointTensor>& tensors, std::int64_t begin, std::int64_t end) {
+  std::vector<Piece> out;
+  std::int64_t base = 0;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const std::int64_t n = product(tensors[t].shape);
+    const std::int64_t lo = std::max(begin, base), hi = std::min(end, base + n);
+    if (lo < hi) out.push_back({t, lo - base, hi - lo});
+    base += n;
+  }
+  return out;
+}
+
+H5PropList intermediate_groups() {
+  H5PropList lcpl(HPCTRAIN_CHECK_H5(H5Pcreate(H5P_LINK_CREATE), "checkpoint: link property list"));
+  HPCTRAIN_CHECK_H5(H5Pset_create_intermediate_group(lcpl.get(), 1), "checkpoint: intermediate groups");
+  return lcpl;
+}
+
+void write_shard(const std::string& path, const std::vector<CheckpointTensor>& tensors,
+                 const std::vector<Piece>& pieces, int rank, std::int64_t step) {
+  H5Lock lock;
+  H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                                "checkpoint shard '" + path + "': create"));
+  const H5PropList lcpl = intermediate_groups();
+  bool first = true;
+  for (const Piece& p : pieces) {
+    const CheckpointTensor& t = tensors[p.tensor];
+    const hsize_t dims[1] = {static_cast<hsize_t>(p.count)};
+    H5Dataspace space(HPCTRAIN_CHECK_H5(H5Screate_simple(1, dims, nullptr), "checkpoint: dataspace"));
+    const std::string where = "checkpoint shard '" + path + "' dataset '/" + t.name + "'";
+    H5Dataset ds(HPCTRAIN_CHECK_H5(H5Dcreate2(file.get(), ("/" + t.name).c_str(), H5T_IEEE_F32LE, space.get(),
+                                              lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                   where + ": create"));
+    HPCTRAIN_CHECK_H5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data + p.offset),
+                      where + ": write");
+    h5_write_attribute(ds.get(), "global_shape", t.shape);
+    h5_write_attribute(ds.get(), "offset", p.offset);
+    if (first) {
+      HPCTRAIN_CHECK_H5(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "checkpoint shard '" + path + "': flush");
+      maybe_crash(rank, step);
+      first = false;
+    }
+  }
+  HPCTRAIN_CHECK_H5(H5Fclose(file.release()), "checkpoint shard '" + path + "': close");
+}
+
+void prune(const fs::path& dir, std::int64_t newest, int keep) {
+  std::vector<std::int64_t> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && parse_step(name) >= 0) steps.push_back(parse_step(name));
+    // Temporaries of crashed or failed writes (the current one was renamed already).
+    if (e.is_directory() && name.rfind(".step-", 0) == 0) fs::remove_all(e.path());
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  int kept = 0;
+  for (std::int64_t s : steps) {
+    if (s == newest || kept < keep) {
+      ++kept;
+      continue;
+    }
+    fs::remove_all(dir / step_name(s));
+  }
+}
+
+}  // namespace
+
+CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, std::int64_t step,
+                              const nlohmann::json& metadata, const std::vector<CheckpointTensor>& tensors,
+                              int keep) {
+  HPCTRAIN_REQUIRE(keep >= 1, "--keep must be at least 1, got " + std::to_string(keep));
+  HPCTRAIN_REQUIRE(step >= 0, "checkpoint step must be non-negative");
+  const auto start = std::chrono::steady_clock::now();
+  const int rank = comm.rank(), world = comm.size();
+  const fs::path root(dir);
+  const fs::path tmp = root / (".step-" + std::to_string(step) + ".tmp");
+  const fs::path final_dir = root / step_name(step);
+
+  std::string error;
+  if (rank == 0) {
+    try {
+      fs::create_directories(root);
+      fs::remove_all(tmp);
+      fs::create_directory(tmp);
+    } catch (const std::exception& e) {
+      error = "cannot create '" + tmp.string() + "': " + e.what();
+    }
+  }
+  agree(comm, error, "checkpoint " + step_name(step) + " in '" + dir + "'");
+
+  std::int64_t total = 0;
+  for (const auto& t : tensors) total += product(t.shape);
+  const std::int64_t begin = total * rank / world, end = total * (rank + 1) / world;
+  const std::string shard = shard_name(rank, world);
+  std::int64_t digest[2] = {0, 0};
+  try {
+    write_shard((tmp / shard).string(), tensors, pieces_of(tensors, begin, end), rank, step);
+    fsync_path((tmp / shard).string(), false, true);
+    const FileDigest d = digest_file((tmp / shard).string());
+    digest[0] = static_cast<std::int64_t>(d.bytes);
+    digest[1] = static_cast<std::int64_t>(d.xxh3);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  try {
+    agree(comm, error, "checkpoint " + step_name(step) + " in '" + dir + "'");
+  } catch (...) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // the previous checkpoint is untouched
+    }
+    throw;
+  }
+  std::vector<std::int64_t> digests(2 * static_cast<std::size_t>(world));
+  comm.allgather(digest, digests.data(), 2, coll::DataType::i64);
+
+  std::uint64_t bytes = 0;
+  for (int r = 0; r < world; ++r) bytes += static_cast<std::uint64_t>(digests[2 * static_cast<std::size_t>(r)]);
+  if (rank == 0) {
+    try {
+      nlohmann::json m;
+      m["format"] = kFormat;
+      m["format_version"] = kFormatVersion;
+      m["hpctrain_version"] = "0.1.0";
+      m["step"] = step;
+      m["world_size"] = world;
+      m["metadata"] = metadata;
+      nlohmann::json shards = nlohmann::json::array();
+      for (int r = 0; r < world; ++r) {
+        shards.push_back({{"file", shard_name(r, world)},
+                          {"bytes", digests[2 * static_cast<std::size_t>(r)]},
+                          {"xxh3", hex64(static_cast<std::uint64_t>(digests[2 * static_cast<std::size_t>(r) + 1]))}});
+      }
+      m["shards"] = shards;
+      nlohmann::json list = nlohmann::json::array();
+      std::vector<nlohmann::json> piece_lists(tensors.size(), nlohmann::json::array());
+      for (int r = 0; r < world; ++r) {
+        for (const Piece& p : pieces_of(tensors, total * r / world, total * (r + 1) / world)) {
+          piece_lists[p.tensor].push_back({{"shard", r}, {"offset", p.offset}, {"count", p.count}});
+        }
+      }
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        list.push_back({{"name", tensors[t].name}, {"shape", tensors[t].shape}, {"dtype", "f32"},
+                        {"pieces", piece_lists[t]}});
+      }
+      m["tensors"] = list;
+      atomic_write_file((tmp / "manifest.json").string(), m.dump(1) + "\n");
+      fsync_path(tmp.string(), true, true);
+      if (fs::exists(final_dir)) {  // the same step written again (e.g. after a resume)
+        const fs::path old = root / (".step-" + std::to_string(step) + ".old");
+        fs::remove_all(old);
+        fs::rename(final_dir, old);
+        fs::rename(tmp, final_dir);
+        fs::remove_all(old);
+      } else {
+        fs::rename(tmp, final_dir);
+      }
+      fsync_path(root.string(), true, true);
+      atomic_write_file((root / "latest").string(), step_name(step) + "\n");
+      prune(root, step, keep);
+    } catch (const std::exception& e) {
+      error = std::string("commit: ") + e.what();
+    }
+  }
+  agree(comm, error, "checkpoint " + step_name(step) + " in '" + dir + "'");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  comm.allreduce(&seconds, 1, coll::ReduceOp::max);
+  return CommitResult{final_dir.string(), bytes, seconds};
+}
+
+nlohmann::json read_manifest(const std::string& step_dir) {
+  const std::string path = (fs::path(step_dir) / "manifest.json").string();
+  std::ifstream in(path);
+  HPCTRAIN_REQUIRE(in.good(), "checkpoint manifest '" + path + "' is missing or unreadable");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    HPCTRAIN_FAIL("checkpoint manifest '" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, std::int64_t max_elements) {
+  std::vector<CheckpointProblem> problems;
+  const fs::path dir(step_dir);
+  const std::string manifest_path = (dir / "manifest.json").string();
+  auto problem = [&](const std::string& path, const std::string& what) { problems.push_back({path, what}); };
+  nlohmann::json m;
+  try {
+    m = read_manifest(step_dir);
+  } catch (const std::exception& e) {
+    problem(manifest_path, e.what());
+    return problems;
+  }
+  try {
+    if (m.value("format", std::string()) != kFormat) {
+      problem(manifest_path, "not an hpctrain checkpoint manifest (format field)");
+      return problems;
+    }
+    if (m.value("format_version", -1) != kFormatVersion) {
+      problem(manifest_path, "unsupported format_version " + m.value("format_version", nlohmann::json()).dump());
+      return problems;
+    }
+    const auto& shards = m.at("shards");
+    const std::int64_t world = m.at("world_size").get<std::int64_t>();
+    if (!shards.is_array() || world < 1 || static_cast<std::int64_t>(shards.size()) != world || world > (1 << 24)) {
+      problem(manifest_path, "world_size and shard list disagree");
+      return problems;
+    }
+    std::int64_t total = 0;
+    for (const auto& t : m.at("tensors")) {
+      const std::string name = t.at("name").get<std::string>();
+      const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
+      std::int64_t n = 1;
+      for (auto d : shape) {
+        if (d < 0 || d > max_elements || (d > 0 && n > max_elements / d)) {
+          problem(manifest_path, "tensor '" + name + "' claims an absurd shape");
+          return problems;
+        }
+        n *= d;
+      }
+      total += n;
+      if (total > max_elements) {
+        problem(manifest_path, "tensors claim more than " + std::to_string(max_elements) + " elements");
+        return problems;
+      }
+      std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+      for (const auto& p : t.at("pieces")) {
+        const auto shard = p.at("shard").get<std::int64_t>(), off = p.at("offset").get<std::int64_t>(),
+                   cnt = p.at("count").get<std::int64_t>();
+        if (shard < 0 || shard >= world || off < 0 || cnt < 0 || off > n || cnt > n - off) {
+          problem(manifest_path, "tensor '" + name + "' has a piece outside its shape or shard list");
+          return problems;
+        }
+        ranges.emplace_back(off, cnt);
+      }
+      std::sort(ranges.begin(), ranges.end());
+      std::int64_t covered = 0;
+      for (auto [off, cnt] : ranges) {
+        if (off != covered) {
+          problem(manifest_path, "tensor '" + name + "' pieces do not tile it");
+          return problems;
+        }
+        covered += cnt;
+      }
+      if (covered != n) {
+        problem(manifest_path, "tensor '" + name + "' pieces do not cover it");
+        return problems;
+      }
+    }
+    for (const auto& s : shards) {
+      const std::string file = s.at("file").get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file.find("..") != std::string::npos) {
+        problem(manifest_path, "shard file name '" + file + "' is not a plain file name");
+        continue;
+      }
+      const std::string path = (dir / file).string();
+      if (!fs::exists(path)) {
+        problem(path, "shard missing");
+        continue;
+      }
+      const auto want_bytes = s.at("bytes").get<std::uint64_t>();
+      const auto size = static_cast<std::uint64_t>(fs::file_size(path));
+      if (size != want_bytes) {
+        problem(path, "size " + std::to_string(size) + " bytes, manifest says " + std::to_string(want_bytes) +
+                          " (truncated or torn)");
+        continue;
+      }
+      const FileDigest d = digest_file(path);
+      if (hex64(d.xxh3) != s.at("xxh3").get<std::string>()) {
+        problem(path, "checksum mismatch (xxh3 " + hex64(d.xxh3) + ", manifest says " +
+                          s.at("xxh3").get<std::string>() + "): data corrupted");
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    problem(manifest_path, std::string("malformed manifest: ") + e.what());
+  } catch (const std::exception& e) {
+    problem(manifest_path, e.what());
+  }
+  return problems;
+}
+
+std::string find_latest_checkpoint(const std::string& dir, std::vector<CheckpointProblem>* skipped) {
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) return "";
+  const fs::path latest = root / "latest";
+  if (fs::exists(latest)) {
+    std::ifstream in(latest);
+    std::string target;
+    std::getline(in, target);
+    if (parse_step(target) < 0 || !fs::is_directory(root / target)) {
+      if (skipped) skipped->push_back({latest.string(), "points at '" + target.substr(0, 64) +
+                                                            "', which is not a step directory; ignored"});
+    }
+  }
+  std::vector<std::int64_t> steps;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::int64_t s = parse_step(e.path().filename().string());
+    if (e.is_directory() && s >= 0) steps.push_back(s);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (std::int64_t s : steps) {
+    const std::string path = (root / step_name(s)).string();
+    auto problems = verify_checkpoint(path);
+    if (problems.empty()) return path;
+    if (skipped) skipped->insert(skipped->end(), problems.begin(), problems.end());
+  }
+  return "";
+}
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> checkpoint_tensor_list(const nlohmann::json& m) {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  for (const auto& t : m.at("tensors")) {
+    out.emplace_back(t.at("name").get<std::string>(), t.at("shape").get<std::vector<std::int64_t>>());
+  }
+  return out;
+}
+
+void read_checkpoint_tensors(const std::string& step_dir, const std::vector<CheckpointDestination>& tensors) {
+  const nlohmann::json m = read_manifest(step_dir);
+  std::map<std::string, const nlohmann::json*> by_name;
+  for (const auto& t : m.at("tensors")) by_name[t.at("name").get<std::string>()] = &t;
+  const auto& shards = m.at("shards");
+  H5Lock lock;
+  std::map<std::int64_t, H5File> open;
+  for (const CheckpointDestination& dest : tensors) {
+    const auto it = by_name.find(dest.name);
+    HPCTRAIN_REQUIRE(it != by_name.end(), "checkpoint '" + step_dir + "' has no tensor '" + dest.name +
+                                              "' (was it written by a different model?)");
+    const auto shape = it->second->at("shape").get<std::vector<std::int64_t>>();
+    HPCTRAIN_REQUIRE(shape == dest.shape, "checkpoint '" + step_dir + "': tensor '" + dest.name + "' has shape " +
+                                              nlohmann::json(shape).dump() + ", the model expects " +
+                                              nlohmann::json(dest.shape).dump());
+    for (const auto& p : it->second->at("pieces")) {
+      const auto shard = p.at("shard").get<std::int64_t>(), off = p.at("offset").get<std::int64_t>(),
+                 cnt = p.at("count").get<std::int64_t>();
+      HPCTRAIN_REQUIRE(shard >= 0 && shard < static_cast<std::int64_t>(shards.size()) && off >= 0 && cnt >= 0 &&
+                           off + cnt <= product(shape),
+                       "checkpoint '" + step_dir + "': tensor '" + dest.name + "' has an invalid piece");
+      const std::string path = (fs::path(step_dir) / shards.at(static_cast<std::size_t>(shard)).at("file").get<std::string>()).string();
+      auto f = open.find(shard);
+      if (f == open.end()) {
+        f = open.emplace(shard, H5File(HPCTRAIN_CHECK_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
+                                                         "checkpoint shard '" + path + "': open"))).first;
+      }
+      const std::string where = "checkpoint shard '" + path + "' dataset '/" + dest.name + "'";
+      H5Dataset ds(HPCTRAIN_CHECK_H5(H5Dopen2(f->second.get(), ("/" + dest.name).c_str(), H5P_DEFAULT), where + ": open"));
+      H5Dataspace space(HPCTRAIN_CHECK_H5(H5Dget_space(ds.get()), where + ": dataspace"));
+      const auto dims = h5_dims(space.get());
+      HPCTRAIN_REQUIRE(dims.size() == 1 && static_cast<std::int64_t>(dims[0]) == cnt,
+                       where + ": holds a different number of elements than the manifest says");
+      HPCTRAIN_REQUIRE(h5_read_int_attribute(ds.get(), "offset", where) == off,
+                       where + ": offset attribute disagrees with the manifest");
+      HPCTRAIN_CHECK_H5(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data + off),
+                        where + ": read");
+    }
+  }
+}
+
+}  // namespace hpctrain::io
+
+namespace hpctrain::io {
+
+std::size_t export_checkpoint(const std::string& step_dir, const std::string& out_path, const std::string& prefix) {
+  const auto problems = verify_checkpoint(step_dir);
+  if (!problems.empty()) {
+    std::string all;
+    for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p.path + ": " + p.what;
+    HPCTRAIN_FAIL("cannot export '" + step_dir + "': " + all);
+  }
+  const nlohmann::json m = read_manifest(step_dir);
+  const fs::path out(out_path);
+  const std::string tmp = (out.parent_path() / ("." + out.filename().string() + ".tmp")).string();
+  std::size_t written = 0;
+  try {
+    H5Lock lock;
+    H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                                  "export '" + tmp + "': create"));
+    const H5PropList lcpl = intermediate_groups();
+    for (const auto& [name, shape] : checkpoint_tensor_list(m)) {
+      if (name.rfind(prefix, 0) != 0) continue;
+      std::vector<float> values(static_cast<std::size_t>(product(shape)));
+      read_checkpoint_tensors(step_dir, {{name, shape, values.data()}});
+      std::vector<hsize_t> dims(shape.begin(), shape.end());
+      H5Dataspace space(HPCTRAIN_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                                          "export: dataspace"));
+      const std::string path = "/" + name.substr(prefix.size());
+      H5Dataset ds(HPCTRAIN_CHECK_H5(H5Dcreate2(file.get(), path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
+                                                H5P_DEFAULT, H5P_DEFAULT),
+                                     "export '" + tmp + "' dataset '" + path + "': create"));
+      HPCTRAIN_CHECK_H5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+                        "export '" + tmp + "' dataset '" + path + "': write");
+      ++written;
+    }
+    h5_write_attribute(file.get(), "source_checkpoint", step_dir);
+    h5_write_attribute(file.get(), "step", m.at("step").get<std::int64_t>());
+    HPCTRAIN_CHECK_H5(H5Fclose(file.release()), "export '" + tmp + "': close");
+    fsync_path(tmp, false, true);
+    fs::rename(tmp, out);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  return written;
+}
+
+}  // namespace hpctrain::io
