@@ -7,8 +7,9 @@
 // appends `/iterations:N/manual_time`), float32 sum, out of place. Every rank runs the same
 // fixed number of iterations; each iteration is barrier (untimed) -> MPI_Wtime -> allreduce ->
 // MPI_Wtime, and its time is the slowest rank's. Counters follow nccl-tests:
-//   algbw = bytes / time (GB/s, 1e9; time = the median iteration), busbw = algbw * 2(p-1)/p, wrong = mismatching elements
-//   of the last iteration summed over ranks (inputs are small integers, so sums are exact).
+//   algbw = bytes / time (GB/s, 1e9; time = the median iteration), busbw = algbw * 2(p-1)/p,
+//   wrong = mismatching elements of the last iteration summed over ranks (inputs are small
+//   integers, so sums are exact).
 // Rank 0 prints an nccl-tests-like table at the end (stdout with the console format, stderr
 // when --benchmark_format is json/csv so stdout stays machine-readable).
 // Knobs: flags above, or HPCTRAIN_BENCH_{MIN_BYTES,MAX_BYTES,STEP,ITERS,WARMUP,ALGORITHMS};
@@ -210,11 +211,11 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
   std::fprintf(out, "#\n# bench_allreduce: %d ranks, float32 sum, out of place; time = median over the "
                     "iterations of the slowest rank's time\n", p);
   std::fprintf(out, "# tuning: auto = %s (tree <= %s, else ring); ring segment %s, window %zu; "
-                    "tree segment %s, binomial <= %s\n",
+                    "tree segment %s, binomial <= %s; %zu polls before yielding\n",
                algo_name(tuning.allreduce_algorithm).c_str(), human_bytes(tuning.auto_tree_max_bytes).c_str(),
                human_bytes(tuning.ring_segment_bytes).c_str(), tuning.ring_window,
                human_bytes(tuning.tree_segment_bytes).c_str(),
-               human_bytes(tuning.tree_binomial_max_bytes).c_str());
+               human_bytes(tuning.tree_binomial_max_bytes).c_str(), tuning.spin_polls);
   std::fprintf(out, "# algbw = size/time, busbw = algbw*2(p-1)/p (GB/s); #wrong = wrong elements "
                     "(all ranks)\n#\n");
   // Header: algorithm names centred over their four columns.
@@ -257,17 +258,19 @@ int run(int& argc, char**& argv) {
   const auto format = hpctrain::bench::peek_flag(argc, argv, "benchmark_format");
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
 
-  for (Algorithm algo : options.algorithms) {
-    for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.step) {
-      const long long iters = iterations_for(bytes, options);
-      const long long warmup = warmup_for(iters, options);
+  // Size-major order: the algorithms of one size run back to back, so a ratio compares runs a
+  // few seconds apart, not minutes apart under different neighbours' load.
+  for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.step) {
+    const long long iters = iterations_for(bytes, options);
+    const long long warmup = warmup_for(iters, options);
+    for (Algorithm algo : options.algorithms) {
       const std::string name = "allreduce/" + algo_name(algo) + "/" + std::to_string(bytes);
       benchmark::RegisterBenchmark(name.c_str(), bench_allreduce, &comm, algo, bytes, warmup)
           ->Iterations(iters)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
-      if (bytes > options.max_bytes / options.step) break;  // no overflow on the next step
     }
+    if (bytes > options.max_bytes / options.step) break;  // no overflow on the next step
   }
   if (!hpctrain::bench::run_benchmarks(argc, argv, MPI_COMM_WORLD)) return 2;
 

@@ -77,7 +77,7 @@ def main():
         text = out + err
         if not re.search(r"size\(B\).*time\(us\).*algbw.*busbw.*#wrong", text):
             fail("rank 0's table is missing", out, err)
-        if text.count("#wrong") != 1:
+        if text.count("# Out of bounds values") != 1:
             fail("table printed more than once (only rank 0 may print)", out, err)
         if "Out of bounds values : 0 OK" not in text:
             fail("table does not report 0 wrong values", out, err)

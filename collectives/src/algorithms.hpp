@@ -29,15 +29,19 @@ struct CollContext {
 /// Balanced partition of `count` elements into `parts` contiguous blocks: offsets[0..parts].
 std::vector<std::size_t> balanced_offsets(std::size_t count, int parts);
 
-// All-reduce, in place on `buf` (op is never avg here: the dispatcher scales).
-void ring_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op);
+// All-reduce (op is never avg here: the dispatcher scales). The ring reads `send` and writes
+// `recv` (send == recv is in place); the tree works in place on `buf`.
+void ring_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count, DataType type,
+                    ReduceOp op);
 void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op);
 
 // Ring phases, also used on their own by reduce_scatter and allgather. Block b of `buf` is
 // elements [offsets[b], offsets[b+1]).
-/// Afterwards block rank() of `buf` holds the reduction of every rank's block rank().
-void ring_reduce_scatter(CollContext& ctx, void* buf, const std::vector<std::size_t>& offsets,
-                         DataType type, ReduceOp op);
+/// Afterwards block rank() of `buf` holds the reduction of every rank's block rank() of `send`.
+/// `send` may be `buf`; otherwise `buf` need not be initialised (every block it reads was
+/// written first) and its blocks other than rank()'s hold partial reductions.
+void ring_reduce_scatter(CollContext& ctx, const void* send, void* buf,
+                         const std::vector<std::size_t>& offsets, DataType type, ReduceOp op);
 /// Before: block rank() holds this rank's data. Afterwards every block holds its owner's data.
 void ring_allgather(CollContext& ctx, void* buf, const std::vector<std::size_t>& offsets,
                     DataType type);

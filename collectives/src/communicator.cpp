@@ -197,6 +197,7 @@ void Communicator::drain() const {
 WaitPolicy Communicator::policy(const char* op, Algorithm algo) const {
   WaitPolicy p;
   p.timeout = std::chrono::duration<double>(tuning_.timeout_s);
+  p.spin_polls = tuning_.spin_polls;
   p.op = op;  // the diagnostic text is composed only if a wait fails (WaitPolicy::description)
   p.algorithm = algo;
   p.sequence = sequence_;
@@ -214,13 +215,15 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
                      "communicator runs over '" + transport_->name() + "'");
     return;
   }
-  if (send != recv && bytes) std::memcpy(recv, send, bytes);
   const WaitPolicy wait_policy = policy("allreduce", algo);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   const ReduceOp combine = detail::combine_op(op);
   switch (algo) {
-    case Algorithm::ring: detail::ring_allreduce(ctx, recv, count, type, combine); break;
-    case Algorithm::tree: detail::tree_allreduce(ctx, recv, count, type, combine); break;
+    case Algorithm::ring: detail::ring_allreduce(ctx, send, recv, count, type, combine); break;
+    case Algorithm::tree:
+      if (send != recv && bytes) std::memcpy(recv, send, bytes);
+      detail::tree_allreduce(ctx, recv, count, type, combine);
+      break;
     case Algorithm::automatic:
     case Algorithm::mpi: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
   }
@@ -259,7 +262,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * recv_count;
   const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
-  detail::ring_reduce_scatter(ctx, work.data(), offsets, type, detail::combine_op(op));
+  detail::ring_reduce_scatter(ctx, work.data(), work.data(), offsets, type, detail::combine_op(op));
   std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
   if (op == ReduceOp::avg) detail::divide_by(recv, recv_count, type, size());
 }

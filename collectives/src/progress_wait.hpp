@@ -23,7 +23,7 @@ class SpinWait {
  private:
   const WaitPolicy& policy_;
   std::chrono::steady_clock::time_point start_;
-  std::uint32_t spins_ = 0;
+  std::size_t spins_ = 0;
 };
 
 }  // namespace hpctrain::coll::detail

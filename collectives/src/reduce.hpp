@@ -11,6 +11,10 @@ namespace hpctrain::coll::detail {
 /// as sum and scaled once at the end). f16/bf16 are combined in float and rounded once.
 void reduce_into(void* inout, const void* in, std::size_t count, DataType type, ReduceOp op);
 
+/// out[i] = a[i] (op) b[i] for i < count; `out` may be `a` (then as reduce_into), otherwise
+/// the buffers must not overlap. Same element order as reduce_into, so the same bits.
+void reduce_to(void* out, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op);
+
 /// buf[i] /= ranks (float types) or truncating integer division (integer types).
 void divide_by(void* buf, std::size_t count, DataType type, int ranks);
 

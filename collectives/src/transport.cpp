@@ -17,7 +17,7 @@ SpinWait::SpinWait(const WaitPolicy& policy)
 bool SpinWait::expired() {
   // Spin hard for a while (lowest latency), then yield so oversubscribed ranks can run.
   ++spins_;
-  if (spins_ > 64) std::this_thread::yield();
+  if (spins_ > policy_.spin_polls) std::this_thread::yield();
   if (policy_.timeout.count() <= 0.0 || (spins_ & 255u) != 0) return false;
   return std::chrono::steady_clock::now() - start_ > policy_.timeout;
 }

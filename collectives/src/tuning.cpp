@@ -59,6 +59,7 @@ Tuning Tuning::from_environment() {
   t.tree_binomial_max_bytes =
       env_bytes("HPCTRAIN_TREE_BINOMIAL_MAX_BYTES", t.tree_binomial_max_bytes, 0);
   t.auto_tree_max_bytes = env_bytes("HPCTRAIN_AUTO_TREE_MAX_BYTES", t.auto_tree_max_bytes, 0);
+  t.spin_polls = env_bytes("HPCTRAIN_SPIN_POLLS", t.spin_polls, 0);
   return t;
 }
 

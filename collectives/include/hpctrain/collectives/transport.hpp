@@ -67,6 +67,8 @@ class Transport {
 struct WaitPolicy {
   /// Zero or negative: wait forever.
   std::chrono::duration<double> timeout{0.0};
+  /// Fruitless polls before yielding the core between polls (Tuning::spin_polls).
+  std::size_t spin_polls = 64;
   /// Name of the operation, for the timeout diagnostic ("allreduce(ring) #12"). When empty and
   /// `op` is set, the diagnostic is composed from the fields below, only when it is needed:
   /// formatting a string on every call costs a measurable part of a small all-reduce.

@@ -11,6 +11,7 @@
 /// | tree segment size       | HPCTRAIN_TREE_SEGMENT_BYTES        | 256 KiB    |
 /// | auto: tree below (bytes)| HPCTRAIN_AUTO_TREE_MAX_BYTES       | 64 KiB     |
 /// | binomial below (bytes)  | HPCTRAIN_TREE_BINOMIAL_MAX_BYTES   | 64 KiB     |
+/// | polls before yielding   | HPCTRAIN_SPIN_POLLS                | 64         |
 
 #include <cstddef>
 
@@ -36,6 +37,11 @@ struct Tuning {
   std::size_t tree_binomial_max_bytes = std::size_t{64} << 10;
   /// automatic: tree up to this many bytes, ring above.
   std::size_t auto_tree_max_bytes = std::size_t{64} << 10;
+  /// Waits poll this many times without progress before they start yielding the core
+  /// (sched_yield) between polls. Low suits oversubscribed ranks (the peer needs the core);
+  /// with one rank per dedicated core a large value avoids losing the core to other processes
+  /// in the middle of a collective (MPI does not yield unless it is oversubscribed).
+  std::size_t spin_polls = 64;
 
   /// Defaults overridden by the HPCTRAIN_* environment variables above; a malformed value
   /// throws hpctrain::Error naming the variable.
