@@ -17,6 +17,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files
   dataset-fashion-mnist python3-h5py python3-numpy
+  # the PyTorch DDP peer of bench_train (benchmarks/peers/torch_ddp.py, scripts/compare-torch.sh)
+  python3-torch
+  # a one-node Slurm cluster for the Slurm tests (scripts/slurm-local.sh); srun --mpi=pmix
+  slurmctld slurmd slurm-client munge libpmix-dev
   # linting the Spack package (Spack itself is not packaged)
   flake8 black isort python3-yaml
 )
@@ -37,5 +41,16 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 echo "install-deps: installing ${missing[*]}"
+# Package scripts must not start daemons (no systemd here; the Slurm tests start their own):
+# a policy-rc.d that refuses, present only while installing.
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" > /dev/null
+  $SUDO chmod +x "$policy"
+  own_policy=1
+fi
+cleanup() { if ((own_policy)); then $SUDO rm -f "$policy"; fi; }
+trap cleanup EXIT
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -26,6 +26,9 @@ namespace {
 constexpr const char* kFormat = "hpctrain-checkpoint";
 constexpr std::int64_t kFormatVersion = 1;
 constexpr std::size_t kMessageWords = 48;  // 384 bytes of error text per rank
+// A manifest takes ~100 bytes per tensor piece; 256 MiB is millions of tensors, and bounds what
+// parsing a hostile or garbage file can allocate.
+constexpr std::uintmax_t kMaxManifestBytes = std::uintmax_t{256} << 20;
 
 std::string step_name(std::int64_t step) { return "step-" + std::to_string(step); }
 std::string shard_name(int rank, int world) {
@@ -47,7 +50,8 @@ std::int64_t product(const std::vector<std::int64_t>& shape) {
 
 /// Step number of a directory name "step-<N>", or -1.
 std::int64_t parse_step(const std::string& name) {
-  if (name.rfind("step-", 0) != 0 || name.size() <= 5 || name.size() > 24) return -1;
+  // At most 18 digits, so the value cannot overflow int64.
+  if (name.rfind("step-", 0) != 0 || name.size() <= 5 || name.size() > 23) return -1;
   std::int64_t n = 0;
   for (std::size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
@@ -70,7 +74,9 @@ void maybe_crash(int rank, std::int64_t step) {
 /// with all failing ranks' messages when any failed.
 void agree(coll::Communicator& comm, const std::string& my_error, const std::string& what) {
   std::vector<std::int64_t> mine(kMessageWords, 0), all(kMessageWords * static_cast<std::size_t>(comm.size()));
-  std::memcpy(mine.data(), my_error.data(), std::min(my_error.size(), kMessageWords * 8 - 1));
+  std::string text = my_error;
+  std::replace(text.begin(), text.end(), '\n', ' ');  // HDF5's messages hold newlines: one line
+  std::memcpy(mine.data(), text.data(), std::min(text.size(), kMessageWords * 8 - 1));
   comm.allgather(mine.data(), all.data(), kMessageWords, coll::DataType::i64);
   std::string combined;
   for (int r = 0; r < comm.size(); ++r) {
@@ -104,11 +110,23 @@ H5PropList intermediate_groups() {
   return lcpl;
 }
 
+/// The POSIX file descriptor under an HDF5 file opened with the default (sec2) driver, or -1.
+int posix_fd(hid_t file) {
+  H5PropList fapl(H5Fget_access_plist(file));
+  if (fapl.get() < 0 || H5Pget_driver(fapl.get()) != H5FD_SEC2) return -1;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) return -1;
+  return *static_cast<int*>(handle);
+}
+
 void write_shard(const std::string& path, const std::vector<CheckpointTensor>& tensors,
                  const std::vector<Piece>& pieces, int rank, std::int64_t step) {
   H5Lock lock;
   H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                                 "checkpoint shard '" + path + "': create"));
+  // Device writes start as each piece lands in the page cache, overlapping the copying of the
+  // next one (and the checksum pass after close), instead of all waiting for the final fsync.
+  const int fd = posix_fd(file.get());
   const H5PropList lcpl = intermediate_groups();
   bool first = true;
   for (const Piece& p : pieces) {
@@ -123,6 +141,7 @@ void write_shard(const std::string& path, const std::vector<CheckpointTensor>& t
                       where + ": write");
     h5_write_attribute(ds.get(), "global_shape", t.shape);
     h5_write_attribute(ds.get(), "offset", p.offset);
+    if (fd >= 0) start_writeback(fd);
     if (first) {
       HPCTRAIN_CHECK_H5(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "checkpoint shard '" + path + "': flush");
       maybe_crash(rank, step);
@@ -183,10 +202,14 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
   std::int64_t digest[2] = {0, 0};
   try {
     write_shard((tmp / shard).string(), tensors, pieces_of(tensors, begin, end), rank, step);
-    fsync_path((tmp / shard).string(), false, true);
+    // Checksum the bytes as written (from the page cache) while the device is still busy with
+    // them, then wait for the device.
     const FileDigest d = digest_file((tmp / shard).string());
+    fsync_path((tmp / shard).string(), false, true);
     digest[0] = static_cast<std::int64_t>(d.bytes);
     digest[1] = static_cast<std::int64_t>(d.xxh3);
+  } catch (const Error& e) {
+    error = e.reason();  // agree() adds the rank; the source location is of no use to a user
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -232,8 +255,7 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
                         {"pieces", piece_lists[t]}});
       }
       m["tensors"] = list;
-      atomic_write_file((tmp / "manifest.json").string(), m.dump(1) + "\n");
-      fsync_path(tmp.string(), true, true);
+      atomic_write_file((tmp / "manifest.json").string(), m.dump(1) + "\n");  // fsyncs tmp too
       if (fs::exists(final_dir)) {  // the same step written again (e.g. after a resume)
         const fs::path old = root / (".step-" + std::to_string(step) + ".old");
         fs::remove_all(old);
@@ -243,7 +265,9 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
       } else {
         fs::rename(tmp, final_dir);
       }
-      fsync_path(root.string(), true, true);
+      // One fsync of `dir` (inside atomic_write_file) makes both renames durable. Should a
+      // crash keep the new `latest` but lose the directory rename, `latest` names a missing
+      // directory, which find_latest_checkpoint reports and skips for the previous step.
       atomic_write_file((root / "latest").string(), step_name(step) + "\n");
       prune(root, step, keep);
     } catch (const std::exception& e) {
@@ -260,6 +284,11 @@ nlohmann::json read_manifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / "manifest.json").string();
   std::ifstream in(path);
   HPCTRAIN_REQUIRE(in.good(), "checkpoint manifest '" + path + "' is missing or unreadable");
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  HPCTRAIN_REQUIRE(!ec && size <= kMaxManifestBytes,
+                   "checkpoint manifest '" + path + "' is " + (ec ? "not a regular file" : "larger than " +
+                   std::to_string(kMaxManifestBytes >> 20) + " MiB") + ": not a manifest");
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
@@ -295,6 +324,9 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, st
       return problems;
     }
     std::int64_t total = 0;
+    // Elements each shard's pieces claim: checked against the shard's byte size below, so a
+    // manifest cannot make a reader allocate more than the files on disk hold.
+    std::vector<std::int64_t> claimed(static_cast<std::size_t>(world), 0);
     for (const auto& t : m.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();
       const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
@@ -320,6 +352,7 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, st
           return problems;
         }
         ranges.emplace_back(off, cnt);
+        claimed[static_cast<std::size_t>(shard)] += cnt;  // <= total <= max_elements: no overflow
       }
       std::sort(ranges.begin(), ranges.end());
       std::int64_t covered = 0;
@@ -335,7 +368,8 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, st
         return problems;
       }
     }
-    for (const auto& s : shards) {
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+      const auto& s = shards[r];
       const std::string file = s.at("file").get<std::string>();
       if (file.empty() || file.find('/') != std::string::npos || file.find("..") != std::string::npos) {
         problem(manifest_path, "shard file name '" + file + "' is not a plain file name");
@@ -347,6 +381,13 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, st
         continue;
       }
       const auto want_bytes = s.at("bytes").get<std::uint64_t>();
+      // Pieces are stored uncompressed as float32: a shard cannot hold more than bytes / 4.
+      if (static_cast<std::uint64_t>(claimed[r]) > want_bytes / sizeof(float)) {
+        problem(manifest_path, "tensor pieces in shard '" + file + "' claim " + std::to_string(claimed[r] * 4) +
+                                   " bytes of data, more than its recorded size of " + std::to_string(want_bytes) +
+                                   " bytes");
+        continue;
+      }
       const auto size = static_cast<std::uint64_t>(fs::file_size(path));
       if (size != want_bytes) {
         problem(path, "size " + std::to_string(size) + " bytes, manifest says " + std::to_string(want_bytes) +
@@ -370,20 +411,32 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, st
 std::string find_latest_checkpoint(const std::string& dir, std::vector<CheckpointProblem>* skipped) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) return "";
+  // `latest` first: it names the step the run last committed, which is not always the newest
+  // directory (a run resumed by path from an older step leaves newer, abandoned steps behind).
   const fs::path latest = root / "latest";
+  std::int64_t named = -1;
   if (fs::exists(latest)) {
     std::ifstream in(latest);
     std::string target;
     std::getline(in, target);
-    if (parse_step(target) < 0 || !fs::is_directory(root / target)) {
-      if (skipped) skipped->push_back({latest.string(), "points at '" + target.substr(0, 64) +
+    named = parse_step(target);
+    if (named < 0 || step_name(named) != target || !fs::is_directory(root / target)) {
+      std::string shown;
+      for (char c : target.substr(0, 64)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
+      if (skipped) skipped->push_back({latest.string(), "points at '" + shown +
                                                             "', which is not a step directory; ignored"});
+      named = -1;
+    } else {
+      const std::string path = (root / step_name(named)).string();
+      auto problems = verify_checkpoint(path);
+      if (problems.empty()) return path;
+      if (skipped) skipped->insert(skipped->end(), problems.begin(), problems.end());
     }
   }
   std::vector<std::int64_t> steps;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::int64_t s = parse_step(e.path().filename().string());
-    if (e.is_directory() && s >= 0) steps.push_back(s);
+    if (e.is_directory() && s >= 0 && s != named) steps.push_back(s);
   }
   std::sort(steps.rbegin(), steps.rend());
   for (std::int64_t s : steps) {

@@ -31,6 +31,14 @@ void fsync_path(const std::string& path, bool directory, bool required) {
   HPCTRAIN_REQUIRE(rc == 0 || !required, "fsync of '" + path + "' failed: " + why);
 }
 
+void start_writeback(int fd) noexcept {
+#if defined(__linux__)
+  (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#else
+  (void)fd;
+#endif
+}
+
 void atomic_write_file(const std::string& path, const std::string& content) {
   const std::filesystem::path target(path);
   const std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmp")).string();

@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -209,7 +210,12 @@ int run_train(TrainArgs& a, Communicator& comm) {
 int run_ckpt_inspect(const std::string& dir, Communicator& comm) {
   if (comm.rank() != 0) return 0;
   std::string step_dir = dir;
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "manifest.json")) {
+  // A step directory (by its manifest, or by its name when the manifest is what is missing) is
+  // verified as it is; any other directory is a --checkpoint-dir: its newest valid step.
+  const std::string base = std::filesystem::path(dir).lexically_normal().filename().string().empty()
+                               ? std::filesystem::path(dir).lexically_normal().parent_path().filename().string()
+                               : std::filesystem::path(dir).lexically_normal().filename().string();
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "manifest.json") && base.rfind("step-", 0) != 0) {
     std::vector<hpctrain::io::CheckpointProblem> skipped;
     step_dir = hpctrain::io::find_latest_checkpoint(dir, &skipped);
     for (const auto& p : skipped) std::printf("INVALID %s: %s\n", p.path.c_str(), p.what.c_str());
@@ -262,6 +268,9 @@ int run_import(const ImportArgs& a, Communicator& comm) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write beyond the file-size limit (`ulimit -f`, a quota) then fails with EFBIG and is
+  // reported naming the file, instead of SIGXFSZ killing the rank with no message.
+  std::signal(SIGXFSZ, SIG_IGN);
   hpctrain::Environment env(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

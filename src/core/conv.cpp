@@ -44,24 +44,61 @@ void Pool2dGeometry::validate() const {
                        std::to_string(height) + "x" + std::to_string(width));
 }
 
+namespace {
+
+/// The output columns [lo, hi) of a kernel tap at offset `tap` (kh or kw) whose input index
+/// `o * S - P + tap` lies in [0, extent): the valid range, so the inner loops need no division.
+KOKKOS_INLINE_FUNCTION void valid_outputs(std::int64_t tap, std::int64_t S, std::int64_t P,
+                                          std::int64_t extent, std::int64_t out_extent,
+                                          std::int64_t& lo, std::int64_t& hi) {
+  // o * S >= P - tap  and  o * S <= extent - 1 + P - tap
+  const std::int64_t first = P - tap;
+  lo = first <= 0 ? 0 : (first + S - 1) / S;
+  const std::int64_t last = extent - 1 + P - tap;
+  hi = last < 0 ? 0 : last / S + 1;
+  if (hi > out_extent) hi = out_extent;
+  if (lo > hi) lo = hi;
+}
+
+}  // namespace
+
+// im2col: col[r][q], r = (c, kh, kw), q = (n, oh, ow). One work item per (r, n, oh): a
+// contiguous run of Wo columns, the divisions done once per run rather than per element
+// (per-element index arithmetic cost more than the gemm it feeds).
 template <class T>
 void im2col(const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& col) {
   const std::int64_t C = g.in_channels, H = g.height, W = g.width, K = g.kernel;
   const std::int64_t S = g.stride, P = g.pad, Ho = g.out_height(), Wo = g.out_width();
-  const std::int64_t NP = g.col_cols();
+  const std::int64_t N = g.batch, NP = g.col_cols();
   require_size(x, g.batch * C * H * W, "im2col input");
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(col.extent(0)) >= g.col_rows() * NP,
                    "im2col: column buffer too small");
   Kokkos::parallel_for(
-      "hpctrain::im2col", Range(0, g.col_rows() * NP), KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::int64_t r = i / NP, q = i % NP;
+      "hpctrain::im2col", Range(0, g.col_rows() * N * Ho), KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t oh = i % Ho, n = (i / Ho) % N, r = i / (Ho * N);
         const std::int64_t c = r / (K * K), kh = (r / K) % K, kw = r % K;
-        const std::int64_t n = q / (Ho * Wo), oh = (q / Wo) % Ho, ow = q % Wo;
-        const std::int64_t h = oh * S - P + kh, w = ow * S - P + kw;
-        col(i) = (h >= 0 && h < H && w >= 0 && w < W) ? x(((n * C + c) * H + h) * W + w) : T(0);
+        const std::int64_t h = oh * S - P + kh;
+        const std::int64_t out = r * NP + (n * Ho + oh) * Wo;
+        if (h < 0 || h >= H) {
+          for (std::int64_t ow = 0; ow < Wo; ++ow) col(out + ow) = T(0);
+          return;
+        }
+        std::int64_t lo = 0, hi = 0;
+        valid_outputs(kw, S, P, W, Wo, lo, hi);
+        const std::int64_t in = ((n * C + c) * H + h) * W - P + kw;  // + ow * S
+        for (std::int64_t ow = 0; ow < lo; ++ow) col(out + ow) = T(0);
+        if (S == 1) {  // contiguous: vectorises
+          for (std::int64_t ow = lo; ow < hi; ++ow) col(out + ow) = x(in + ow);
+        } else {
+          for (std::int64_t ow = lo; ow < hi; ++ow) col(out + ow) = x(in + ow * S);
+        }
+        for (std::int64_t ow = hi; ow < Wo; ++ow) col(out + ow) = T(0);
       });
 }
 
+// col2im: dx[n][c][h][w] = sum over the (kh, kw, oh, ow) with oh * S - P + kh = h and
+// ow * S - P + kw = w of dcol[(c, kh, kw)][(n, oh, ow)]. One work item per input row (n, c, h):
+// it alone writes that row, so the scatter over w needs no atomics.
 template <class T>
 void col2im(const Conv2dGeometry& g, const Vec<T>& dcol, const Vec<T>& dx) {
   const std::int64_t C = g.in_channels, H = g.height, W = g.width, K = g.kernel;
@@ -71,22 +108,26 @@ void col2im(const Conv2dGeometry& g, const Vec<T>& dcol, const Vec<T>& dx) {
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(dcol.extent(0)) >= g.col_rows() * NP,
                    "col2im: column buffer too small");
   Kokkos::parallel_for(
-      "hpctrain::col2im", Range(0, g.batch * C * H * W), KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::int64_t w = i % W, h = (i / W) % H, c = (i / (H * W)) % C;
-        const std::int64_t n = i / (C * H * W);
-        T s = 0;
+      "hpctrain::col2im", Range(0, g.batch * C * H), KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t h = i % H, c = (i / H) % C, n = i / (C * H);
+        const std::int64_t row = i * W;
+        for (std::int64_t w = 0; w < W; ++w) dx(row + w) = T(0);
         for (std::int64_t kh = 0; kh < K; ++kh) {
           const std::int64_t hs = h + P - kh;  // = oh * S when (h, kh) feeds output row oh
           if (hs < 0 || hs % S != 0 || hs / S >= Ho) continue;
+          const std::int64_t oh = hs / S;
           for (std::int64_t kw = 0; kw < K; ++kw) {
-            const std::int64_t ws = w + P - kw;
-            if (ws < 0 || ws % S != 0 || ws / S >= Wo) continue;
-            const std::int64_t r = (c * K + kh) * K + kw;
-            const std::int64_t q = (n * Ho + hs / S) * Wo + ws / S;
-            s += dcol(r * NP + q);
+            std::int64_t lo = 0, hi = 0;
+            valid_outputs(kw, S, P, W, Wo, lo, hi);
+            const std::int64_t src = ((c * K + kh) * K + kw) * NP + (n * Ho + oh) * Wo;
+            const std::int64_t dst = row - P + kw;  // + ow * S
+            if (S == 1) {  // contiguous: vectorises
+              for (std::int64_t ow = lo; ow < hi; ++ow) dx(dst + ow) += dcol(src + ow);
+            } else {
+              for (std::int64_t ow = lo; ow < hi; ++ow) dx(dst + ow * S) += dcol(src + ow);
+            }
           }
         }
-        dx(i) = s;
       });
 }
 
@@ -112,11 +153,12 @@ void conv2d_forward(const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& w, c
   gemm(Trans::no, Trans::no, T(1), as_matrix(w, F, g.col_rows()),
        as_matrix(ws.col, g.col_rows(), NP), T(0), as_matrix(ws.yt, F, NP));
   const Vec<T> yt = ws.yt;
-  Kokkos::parallel_for(
-      "hpctrain::conv2d_bias_to_nchw", Range(0, g.batch * F * HW),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::int64_t p = i % HW, f = (i / HW) % F, n = i / (F * HW);
-        y(i) = yt(f * NP + n * HW + p) + b(f);
+  Kokkos::parallel_for(  // one (n, f) plane per work item: no per-element division
+      "hpctrain::conv2d_bias_to_nchw", Range(0, g.batch * F), KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t f = i % F, n = i / F;
+        const std::int64_t src = f * NP + n * HW, dst = i * HW;
+        const T bias = b(f);
+        for (std::int64_t p = 0; p < HW; ++p) y(dst + p) = yt(src + p) + bias;
       });
 }
 
@@ -133,11 +175,11 @@ void conv2d_backward(const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(ws.col.extent(0)) >= CKK * NP,
                    "conv2d_backward before conv2d_forward");
   const Vec<T> dyt = ws.yt;  // the forward's yt is dead once y is written
-  Kokkos::parallel_for(
-      "hpctrain::conv2d_nchw_to_rows", Range(0, g.batch * F * HW),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::int64_t p = i % HW, f = (i / HW) % F, n = i / (F * HW);
-        dyt(f * NP + n * HW + p) = dy(i);
+  Kokkos::parallel_for(  // one (n, f) plane per work item
+      "hpctrain::conv2d_nchw_to_rows", Range(0, g.batch * F), KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t f = i % F, n = i / F;
+        const std::int64_t dst = f * NP + n * HW, src = i * HW;
+        for (std::int64_t p = 0; p < HW; ++p) dyt(dst + p) = dy(src + p);
       });
   const Matrix<T> dyt_m = as_matrix(dyt, F, NP);
   gemm(Trans::no, Trans::yes, T(1), dyt_m, as_matrix(ws.col, CKK, NP), T(1),
@@ -159,19 +201,24 @@ void maxpool2d_forward(const Pool2dGeometry& g, const Vec<T>& x, const Vec<T>& y
   require_size(x, g.batch * g.channels * H * W, "maxpool2d input");
   require_size(y, n_out, "maxpool2d output");
   require_size(argmax, n_out, "maxpool2d argmax");
-  Kokkos::parallel_for(
-      "hpctrain::maxpool2d_forward", Range(0, n_out), KOKKOS_LAMBDA(const std::int64_t o) {
-        const std::int64_t ow = o % Wo, oh = (o / Wo) % Ho, nc = o / (Ho * Wo);
-        const std::int64_t base = nc * H * W;
-        std::int64_t best = base + (oh * S) * W + ow * S;
-        for (std::int64_t kh = 0; kh < K; ++kh) {
-          for (std::int64_t kw = 0; kw < K; ++kw) {
-            const std::int64_t idx = base + (oh * S + kh) * W + ow * S + kw;
-            if (x(idx) > x(best)) best = idx;
+  Kokkos::parallel_for(  // one output row (n, c, oh) per work item: divisions once per row
+      "hpctrain::maxpool2d_forward", Range(0, g.batch * g.channels * Ho),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t oh = i % Ho, nc = i / Ho;
+        const std::int64_t top = nc * H * W + oh * S * W;
+        for (std::int64_t ow = 0; ow < Wo; ++ow) {
+          const std::int64_t corner = top + ow * S;
+          std::int64_t best = corner;
+          for (std::int64_t kh = 0; kh < K; ++kh) {
+            for (std::int64_t kw = 0; kw < K; ++kw) {
+              const std::int64_t idx = corner + kh * W + kw;
+              if (x(idx) > x(best)) best = idx;
+            }
           }
+          const std::int64_t o = i * Wo + ow;
+          y(o) = x(best);
+          argmax(o) = best;
         }
-        y(o) = x(best);
-        argmax(o) = best;
       });
 }
 

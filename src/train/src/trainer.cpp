@@ -251,6 +251,13 @@ ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions&
   std::vector<io::CheckpointDestination> dests;
   for (const auto& t : checkpoint_tensors(model, h)) dests.push_back({t.name, t.shape, const_cast<float*>(t.data)});
   io::read_checkpoint_tensors(point.path, dests);
+  // End to end: the parameters as reassembled on this rank (from any number of shards) must
+  // hash to what the writer hashed before splitting them.
+  if (meta.contains("parameter_checksum")) {
+    HPCTRAIN_REQUIRE(meta.at("parameter_checksum").get<std::uint64_t>() == parameter_checksum(h.params.data(), h.params.size()),
+                     "checkpoint '" + point.path + "': the parameters read back do not match the checksum recorded "
+                     "when they were written");
+  }
   core::from_host(model.parameter_buffer(), h.params);
   for (std::size_t i = 0; i < state.size(); ++i) core::from_host(state[i].tensor.data, h.optimizer[i].second);
   optimizer.set_step_count(meta.at("optimizer_step_count").get<std::int64_t>());
@@ -353,6 +360,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   double compute_s = 0, comm_s = 0, data_s = 0;
   Clock::time_point throughput_start{}, window_start = Clock::now();
   std::int64_t throughput_samples = 0;
+  double eval_after_warmup_s = 0;  // evaluation is not training: kept out of samples/s
   const auto run_start = Clock::now();
 
   for (std::int64_t epoch = start.epoch; epoch < o.epochs && step < total_steps && !result.preempted; ++epoch) {
@@ -477,7 +485,9 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
     if (result.preempted) break;
     result.epochs_completed = epoch + 1;
     if (eval_reader) {
+      const auto t_eval = Clock::now();
       result.eval = evaluate(*model, *eval_reader, comm);
+      if (step - first_step >= o.warmup_steps_for_throughput) eval_after_warmup_s += seconds(t_eval, Clock::now());
       if (chatty) {
         std::printf("epoch %lld/%lld  test loss %.4f  test accuracy %.2f%% (%lld samples)\n",
                     static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), result.eval.loss,
@@ -495,7 +505,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   }
 
   const auto run_end = Clock::now();
-  double throughput_s = throughput_samples > 0 ? seconds(throughput_start, run_end) : 0.0;
+  double throughput_s = throughput_samples > 0 ? seconds(throughput_start, run_end) - eval_after_warmup_s : 0.0;
   comm.allreduce(&throughput_s, 1, coll::ReduceOp::max);  // the slowest rank sets the pace
   result.samples_per_s = throughput_s > 0 ? static_cast<double>(throughput_samples) / throughput_s : 0.0;
   result.steps = step;
@@ -510,6 +520,15 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   comm.allreduce(&overlap, 1, coll::ReduceOp::max);
   result.overlap_observed = overlap != 0;
   if (!o.timeline_path.empty()) write_timeline(timeline, comm, o.timeline_path);
+  if (metrics.is_open()) {
+    metrics << nlohmann::json{{"type", "summary"}, {"ranks", comm.size()}, {"global_batch", o.global_batch},
+                              {"steps", step}, {"seconds", result.seconds}, {"samples_per_s", result.samples_per_s},
+                              {"compute_s", compute_s}, {"comm_exposed_s", comm_s}, {"data_wait_s", data_s},
+                              {"parameter_checksum", result.parameter_checksum}, {"preempted", result.preempted},
+                              {"eval_accuracy", result.eval.accuracy}}
+                   .dump()
+            << "\n";
+  }
   if (chatty) {
     std::printf("hpctrain: done: %lld steps in %.1f s, %.0f samples/s after %lld warm-up steps "
                 "(rank 0: compute %.1f s, exposed communication %.1f s, data wait %.1f s)\n",

@@ -59,12 +59,14 @@ struct CheckpointProblem {
 
 /// Checks a step directory: manifest present, well-formed and within limits; every shard
 /// present with the recorded size and checksum. Returns the problems (empty = valid).
-/// `max_elements` bounds what a manifest may claim (rejects absurd shapes before allocating).
+/// `max_elements` bounds what a manifest may claim (rejects absurd shapes before allocating);
+/// so does the shard's recorded byte size: the pieces a shard holds cannot claim more float32
+/// elements than fit in it.
 std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir,
                                                  std::int64_t max_elements = std::int64_t{1} << 34);
 
-/// The newest valid step directory under `dir` (checked with verify_checkpoint, newest first,
-/// `latest` consulted first); "" when there is none. Every invalid candidate is appended to
+/// The step directory `latest` names if it verifies, else the newest valid step directory under
+/// `dir` (each checked with verify_checkpoint, newest first); "" when there is none. Every invalid candidate is appended to
 /// `skipped`. Local (no communication).
 std::string find_latest_checkpoint(const std::string& dir, std::vector<CheckpointProblem>* skipped);
 

@@ -65,7 +65,7 @@ struct TrainResult {
   std::int64_t epochs_completed = 0;
   double final_train_loss = 0.0;
   EvalResult eval;  ///< after the last epoch (samples == 0 without eval data)
-  double samples_per_s = 0.0;  ///< after warm-up, over all ranks
+  double samples_per_s = 0.0;  ///< after warm-up, over all ranks, evaluation time excluded
   double seconds = 0.0;
   double compute_s = 0.0, comm_exposed_s = 0.0, data_wait_s = 0.0;  ///< rank-0 totals
   std::uint64_t parameter_checksum = 0;  ///< XXH3-64 of the final parameter buffer

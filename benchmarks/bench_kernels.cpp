@@ -1,0 +1,364 @@
+// bench_kernels: the compute core's kernels and whole training steps, single process.
+//
+//   build/bin/bench_kernels [--kokkos-threads=N] [Google Benchmark flags, e.g.
+//                            --benchmark_filter=gemm --benchmark_format=json]
+//
+// Three groups, each timed by wall clock (OpenMP/CUDA work is not on the main thread's CPU
+// clock), every timed region ending with a fence:
+//
+//  gemm/<model>.<layer>.<pass>/MxNxK   hpctrain::core::gemm (KokkosBlas::gemm -> OpenBLAS or
+//      cuBLAS) at the shapes the MLP and CNN train with at batch 128, and OpenBLAS's
+//      cblas_sgemm called directly on host copies of the same matrices, alternating within
+//      each iteration so both see the same machine. Counters: GFLOPs (ours, 2 M N K per call),
+//      cblas_GFLOPs, vs_cblas = GFLOPs / cblas_GFLOPs. The benchmark's time is ours.
+//  bound/cblas_sgemm_1thread/1024      OpenBLAS sgemm 1024^3 on one thread: the per-core peak
+//      the other figures can be read against (OpenBLAS's own thread count is restored after).
+//  conv/<layer>/<fwd|fwd+bwd>           the CNN's two convolutions at batch 64 (im2col + gemm,
+//      col2im), forward alone and forward + backward (weight, bias and input gradients).
+//      FLOPs: 2 N Cout Hout Wout Cin K K per pass; forward = 1 pass, backward = 2 (dW, dX).
+//      Counters: GFLOPs, gemm_GFLOPs (the same gemms run bare on the same buffers, in the same
+//      iteration), frac_of_gemm = GFLOPs / gemm_GFLOPs (what im2col/col2im/layout cost).
+//  train_step/<mlp|cnn>/<batch>        zero grads, forward, softmax cross-entropy, backward,
+//      SGD (momentum 0.9) on a model from models::build_model. Counter: samples_per_s.
+//
+// Kokkos is initialised in main (it takes --kokkos-* flags); no MPI.
+
+#include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/gemm.hpp"
+#include "hpctrain/core/loss.hpp"
+#include "hpctrain/core/optimizer.hpp"
+#include "hpctrain/core/tensor.hpp"
+#include "hpctrain/models/registry.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef HPCTRAIN_BENCH_OPENBLAS
+extern "C" {
+// OpenBLAS extensions; declared here because not every cblas.h alternative declares them.
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+}
+#endif
+
+namespace {
+
+namespace core = hpctrain::core;
+namespace models = hpctrain::models;
+using core::Trans;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void fence() { core::ExecSpace().fence(); }
+
+std::vector<float> random_host(std::int64_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+core::Vec<float> random_vec(const std::string& label, std::int64_t n, std::uint32_t seed) {
+  return core::tensor_from_host<float>(label, {n}, random_host(n, seed)).data;
+}
+
+// ---- gemm ----------------------------------------------------------------------------------
+
+struct GemmShape {
+  std::string name;  ///< "<model>.<layer>.<pass>"
+  Trans ta;
+  Trans tb;
+  std::int64_t m, n, k;
+  float beta;  ///< 1 where the model accumulates (weight gradients)
+};
+
+// Dense layer y[N,out] = x[N,in] W^T: forward (N, T) M=N N=out K=in; weight gradient
+// dW[out,in] += dy^T x: (T, N) M=out N=in K=N; input gradient dx = dy W: (N, N) M=N N=in K=out.
+// Conv layer (im2col, NP = N Ho Wo, CKK = C K K): forward W[F,CKK] col: (N, N) M=F N=NP K=CKK;
+// dW += dyt col^T: (N, T) M=F N=CKK K=NP; dcol = W^T dyt: (T, N) M=CKK N=NP K=F.
+// The first layer of each model computes no input gradient in training, so none is listed.
+std::vector<GemmShape> training_gemm_shapes() {
+  const std::int64_t b = 128;
+  std::vector<GemmShape> s;
+  auto dense = [&](const std::string& name, std::int64_t in, std::int64_t out, bool first) {
+    s.push_back({name + ".fwd", Trans::no, Trans::yes, b, out, in, 0.0F});
+    s.push_back({name + ".dW", Trans::yes, Trans::no, out, in, b, 1.0F});
+    if (!first) s.push_back({name + ".dX", Trans::no, Trans::no, b, in, out, 0.0F});
+  };
+  auto conv = [&](const std::string& name, std::int64_t c, std::int64_t hw, std::int64_t f,
+                  std::int64_t k, bool first) {
+    const std::int64_t np = b * hw * hw, ckk = c * k * k;
+    s.push_back({name + ".fwd", Trans::no, Trans::no, f, np, ckk, 0.0F});
+    s.push_back({name + ".dW", Trans::no, Trans::yes, f, ckk, np, 1.0F});
+    if (!first) s.push_back({name + ".dX", Trans::yes, Trans::no, ckk, np, f, 0.0F});
+  };
+  dense("mlp.fc1", 784, 512, true);
+  dense("mlp.fc2", 512, 256, false);
+  dense("mlp.fc3", 256, 10, false);
+  conv("cnn.conv1", 1, 28, 32, 5, true);
+  conv("cnn.conv2", 32, 14, 64, 5, false);
+  dense("cnn.fc1", 64 * 7 * 7, 256, false);
+  dense("cnn.fc2", 256, 10, false);
+  s.push_back({"square", Trans::no, Trans::no, 1024, 1024, 1024, 0.0F});
+  return s;
+}
+
+CBLAS_TRANSPOSE cblas_trans(Trans t) { return t == Trans::yes ? CblasTrans : CblasNoTrans; }
+
+void bench_gemm(benchmark::State& state, const GemmShape& g) {
+  try {
+    const std::int64_t a_rows = g.ta == Trans::yes ? g.k : g.m;
+    const std::int64_t a_cols = g.ta == Trans::yes ? g.m : g.k;
+    const std::int64_t b_rows = g.tb == Trans::yes ? g.n : g.k;
+    const std::int64_t b_cols = g.tb == Trans::yes ? g.k : g.n;
+    const auto ha = random_host(a_rows * a_cols, 1);
+    const auto hb = random_host(b_rows * b_cols, 2);
+    std::vector<float> hc(static_cast<std::size_t>(g.m * g.n), 0.0F);
+    const auto a = core::tensor_from_host<float>("bench::a", {a_rows * a_cols}, ha).data;
+    const auto b = core::tensor_from_host<float>("bench::b", {b_rows * b_cols}, hb).data;
+    const auto c = core::make_tensor<float>("bench::c", {g.m * g.n}).data;
+    const auto am = core::as_matrix(a, a_rows, a_cols);
+    const auto bm = core::as_matrix(b, b_rows, b_cols);
+    const auto cm = core::as_matrix(c, g.m, g.n);
+    // Warm-up: OpenBLAS starts its threads and pages in its buffers on the first call.
+    core::gemm(g.ta, g.tb, 1.0F, am, bm, g.beta, cm);
+    cblas_sgemm(CblasRowMajor, cblas_trans(g.ta), cblas_trans(g.tb), g.m, g.n, g.k, 1.0F,
+                ha.data(), a_cols, hb.data(), b_cols, g.beta, hc.data(), g.n);
+    fence();
+    double ours_s = 0, cblas_s = 0;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      core::gemm(g.ta, g.tb, 1.0F, am, bm, g.beta, cm);
+      fence();
+      const double ours = seconds_since(t0);
+      t0 = Clock::now();
+      cblas_sgemm(CblasRowMajor, cblas_trans(g.ta), cblas_trans(g.tb), g.m, g.n, g.k, 1.0F,
+                  ha.data(), a_cols, hb.data(), b_cols, g.beta, hc.data(), g.n);
+      cblas_s += seconds_since(t0);
+      ours_s += ours;
+      state.SetIterationTime(ours);
+    }
+    benchmark::DoNotOptimize(hc.data());
+    const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
+                         static_cast<double>(g.k) * static_cast<double>(state.iterations());
+    state.counters["GFLOPs"] = flops / ours_s * 1e-9;
+    state.counters["cblas_GFLOPs"] = flops / cblas_s * 1e-9;
+    state.counters["vs_cblas"] = cblas_s / ours_s;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void bench_bound(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  const auto ha = random_host(n * n, 1);
+  const auto hb = random_host(n * n, 2);
+  std::vector<float> hc(static_cast<std::size_t>(n * n), 0.0F);
+#ifdef HPCTRAIN_BENCH_OPENBLAS
+  const int threads_before = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+#else
+  state.SetLabel("BLAS thread count not controllable: not OpenBLAS");
+#endif
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, ha.data(), n,
+              hb.data(), n, 0.0F, hc.data(), n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, ha.data(), n,
+                hb.data(), n, 0.0F, hc.data(), n);
+  }
+  benchmark::DoNotOptimize(hc.data());
+#ifdef HPCTRAIN_BENCH_OPENBLAS
+  openblas_set_num_threads(threads_before);
+#endif
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n * n) *
+                                                    static_cast<double>(n) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- conv ----------------------------------------------------------------------------------
+
+struct ConvCase {
+  std::string name;
+  core::Conv2dGeometry g;
+};
+
+std::vector<ConvCase> cnn_convs(std::int64_t batch) {
+  core::Conv2dGeometry conv1;
+  conv1.batch = batch;
+  conv1.in_channels = 1;
+  conv1.height = conv1.width = 28;
+  conv1.out_channels = 32;
+  conv1.kernel = 5;
+  conv1.pad = 2;
+  core::Conv2dGeometry conv2 = conv1;
+  conv2.in_channels = 32;
+  conv2.height = conv2.width = 14;
+  conv2.out_channels = 64;
+  return {{"cnn.conv1", conv1}, {"cnn.conv2", conv2}};
+}
+
+void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool backward) {
+  try {
+    const std::int64_t F = g.out_channels, CKK = g.col_rows(), NP = g.col_cols();
+    const std::int64_t x_n = g.batch * g.in_channels * g.height * g.width;
+    const std::int64_t y_n = g.batch * F * g.out_height() * g.out_width();
+    const auto x = random_vec("bench::x", x_n, 1);
+    const auto w = random_vec("bench::w", F * CKK, 2);
+    const auto b = random_vec("bench::b", F, 3);
+    const auto dy = random_vec("bench::dy", y_n, 4);
+    const auto y = core::make_tensor<float>("bench::y", {y_n}).data;
+    const auto dw = core::make_tensor<float>("bench::dw", {F * CKK}).data;
+    const auto db = core::make_tensor<float>("bench::db", {F}).data;
+    const auto dx = core::make_tensor<float>("bench::dx", {x_n}).data;
+    core::Conv2dWorkspace<float> ws;
+    auto conv = [&] {
+      core::conv2d_forward(g, x, w, b, ws, y);
+      if (backward) core::conv2d_backward(g, w, dy, ws, dw, db, dx);
+      fence();
+    };
+    // The gemms the convolution lowers to, on the same buffers (ws.yt stands in for dyt).
+    auto bare_gemms = [&] {
+      core::gemm(Trans::no, Trans::no, 1.0F, core::as_matrix(w, F, CKK),
+                 core::as_matrix(ws.col, CKK, NP), 0.0F, core::as_matrix(ws.yt, F, NP));
+      if (backward) {
+        core::gemm(Trans::no, Trans::yes, 1.0F, core::as_matrix(ws.yt, F, NP),
+                   core::as_matrix(ws.col, CKK, NP), 1.0F, core::as_matrix(dw, F, CKK));
+        core::gemm(Trans::yes, Trans::no, 1.0F, core::as_matrix(w, F, CKK),
+                   core::as_matrix(ws.yt, F, NP), 0.0F, core::as_matrix(ws.dcol, CKK, NP));
+      }
+      fence();
+    };
+    conv();  // warm-up, sizes the workspace
+    bare_gemms();
+    double conv_s = 0, gemm_s = 0;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      conv();
+      const double t = seconds_since(t0);
+      t0 = Clock::now();
+      bare_gemms();
+      gemm_s += seconds_since(t0);
+      conv_s += t;
+      state.SetIterationTime(t);
+    }
+    const double passes = backward ? 3.0 : 1.0;
+    const double flops = passes * 2.0 * static_cast<double>(F * NP) * static_cast<double>(CKK) *
+                         static_cast<double>(state.iterations());
+    state.counters["GFLOPs"] = flops / conv_s * 1e-9;
+    state.counters["gemm_GFLOPs"] = flops / gemm_s * 1e-9;
+    state.counters["frac_of_gemm"] = gemm_s / conv_s;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// ---- training step -------------------------------------------------------------------------
+
+void bench_train_step(benchmark::State& state, const std::string& model_name) {
+  try {
+    const std::int64_t batch = state.range(0);
+    auto model = models::build_model<float>(nlohmann::json{{"name", model_name}, {"seed", 1}});
+    const std::int64_t sample = 28 * 28;
+    const auto x = core::tensor_from_host<float>("bench::x", {batch, 1, 28, 28},
+                                                 random_host(batch * sample, 5));
+    core::Labels labels("bench::labels", static_cast<std::size_t>(batch));
+    {
+      auto h = Kokkos::create_mirror_view(labels);
+      for (std::int64_t i = 0; i < batch; ++i) h(i) = static_cast<std::int32_t>(i % 10);
+      Kokkos::deep_copy(labels, h);
+    }
+    const auto dlogits = core::make_tensor<float>("bench::dlogits", {batch, 10});
+    core::SgdOptions opt_options;
+    opt_options.lr = 0.01;
+    opt_options.momentum = 0.9;
+    core::Sgd<float> optimizer(opt_options);
+    double loss = 0;
+    auto step = [&] {
+      model->zero_gradients();
+      const auto logits = model->forward(x, true);
+      loss = core::softmax_cross_entropy(logits, labels, batch, dlogits);
+      model->backward(dlogits);
+      optimizer.step(model->parameter_buffer(), model->gradient_buffer());
+      fence();
+    };
+    step();  // warm-up: allocates activations and optimizer state
+    for (auto _ : state) step();
+    benchmark::DoNotOptimize(loss);
+    state.counters["samples_per_s"] =
+        benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["loss"] = loss;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void register_benchmarks() {
+  for (const auto& g : training_gemm_shapes()) {
+    const std::string name = "gemm/" + g.name + "/" + std::to_string(g.m) + "x" +
+                             std::to_string(g.n) + "x" + std::to_string(g.k);
+    benchmark::RegisterBenchmark(name.c_str(), bench_gemm, g)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark("bound/cblas_sgemm_1thread", bench_bound)
+      ->Arg(1024)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  for (const auto& c : cnn_convs(64)) {
+    for (const bool backward : {false, true}) {
+      const std::string name = "conv/" + c.name + (backward ? "/fwd+bwd" : "/fwd");
+      benchmark::RegisterBenchmark(name.c_str(), bench_conv, c.g, backward)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  for (const std::string model : {"mlp", "cnn"}) {
+    benchmark::RegisterBenchmark(("train_step/" + model).c_str(), bench_train_step, model)
+        ->Arg(64)
+        ->Arg(128)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Kokkos::initialize(argc, argv);
+  int rc = 0;
+  {
+    benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));
+    benchmark::AddCustomContext("kokkos_exec_space", core::ExecSpace::name());
+    benchmark::AddCustomContext("kokkos_concurrency",
+                                std::to_string(core::ExecSpace::concurrency()));
+#ifdef HPCTRAIN_BENCH_OPENBLAS
+    benchmark::AddCustomContext("openblas_threads", std::to_string(openblas_get_num_threads()));
+    benchmark::AddCustomContext("openblas_config", openblas_get_config());
+    benchmark::AddCustomContext("openblas_core", openblas_get_corename());  // DYNAMIC_ARCH pick
+#endif
+    register_benchmarks();
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+      rc = 1;
+    } else {
+      benchmark::RunSpecifiedBenchmarks();
+    }
+    benchmark::Shutdown();
+  }
+  Kokkos::finalize();
+  return rc;
+}

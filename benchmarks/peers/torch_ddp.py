@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""PyTorch DDP peer of bench_train / `hpctrain train` (docs/benchmarks-training.md).
+
+Trains hpctrain's built-in `mlp` or `cnn` with the same layer shapes, initialisation family
+(He/Kaiming-normal weights, zero biases), data (hpctrain's HDF5 files, read with h5py and
+normalised the same way), sharding (one global permutation per epoch, each rank takes its
+contiguous slice of every global batch; the last partial global batch dropped), loss (mean
+cross-entropy over the global batch: DDP averages the ranks' gradients of their local means)
+and optimiser (SGD, momentum 0.9, lr 0.05, PyTorch semantics) as hpctrain.
+
+One CPU thread per rank (torch.set_num_threads(1)), gloo backend, env:// rendezvous. Launch:
+
+    mpirun -n P /usr/bin/python3 benchmarks/peers/torch_ddp.py --model cnn --epochs 1 ...
+    /usr/bin/python3 -m torch.distributed.run --nproc_per_node P benchmarks/peers/torch_ddp.py ...
+    /usr/bin/python3 benchmarks/peers/torch_ddp.py ...            (one rank, no launcher)
+
+Rank and world size come from RANK/WORLD_SIZE (torch.distributed.run) or
+OMPI_COMM_WORLD_RANK/SIZE (Open MPI's mpirun); MASTER_ADDR/MASTER_PORT default to
+127.0.0.1:29517. Rank 0 prints one JSON line: samples/s after the warm-up steps (evaluation
+excluded; time = the slowest rank's), test accuracy after the last epoch, and the time split.
+
+The training data set is held in memory as one float32 tensor and batches are gathered with
+index_select: no DataLoader, so the peer pays no per-sample Python cost (its fastest honest
+form; hpctrain reads every batch from the HDF5 file on a prefetch thread instead).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import h5py
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+MEAN, STD = 0.2860, 0.3530  # hpctrain's defaults (Fashion-MNIST training-set statistics)
+
+
+def rank_and_world():
+    for r, w in (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                 ("PMI_RANK", "PMI_SIZE")):
+        if r in os.environ and w in os.environ:
+            return int(os.environ[r]), int(os.environ[w])
+    return 0, 1
+
+
+def load_split(path, mean, std):
+    """(samples float32 [N, C, H, W] normalised as hpctrain's reader does, labels int64)."""
+    with h5py.File(path, "r") as f:
+        raw = f["samples"][...]
+        scale = float(f["samples"].attrs.get("scale", 1.0))
+        labels = f["labels"][...].astype(np.int64)
+    # hpctrain: x = v * (scale / std) - mean / std, in float32.
+    x = raw.astype(np.float32) * np.float32(scale / std) - np.float32(mean / std)
+    if x.ndim == 2:  # N x F: the MLP flattens anyway
+        x = x.reshape(x.shape[0], 1, 28, 28) if x.shape[1] == 784 else x
+    return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(labels)
+
+
+def build_model(name):
+    if name == "mlp":  # 784-512-256-10, ReLU
+        model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256),
+                              nn.ReLU(), nn.Linear(256, 10))
+    elif name == "cnn":  # conv5x5x32 pad2 -> ReLU -> pool2 -> conv5x5x64 pad2 -> ReLU -> pool2 -> 256 -> 10
+        model = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Linear(256, 10))
+    else:
+        raise SystemExit(f"torch_ddp.py: unknown model '{name}' (mlp or cnn)")
+    for m in model.modules():  # hpctrain's "he": normal(0, sqrt(2 / fan_in)), zero bias
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def evaluate(model, x, y, rank, world, batch=1000):
+    """Each rank evaluates its contiguous share of the test set; sums all-reduced."""
+    n = x.shape[0]
+    lo, hi = n * rank // world, n * (rank + 1) // world
+    sums = torch.zeros(3, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        for s in range(lo, hi, batch):
+            xb, yb = x[s:min(s + batch, hi)], y[s:min(s + batch, hi)]
+            logits = model(xb)
+            sums[0] += F.cross_entropy(logits, yb, reduction="sum").item()
+            sums[1] += (logits.argmax(1) == yb).sum().item()
+            sums[2] += yb.numel()
+    model.train()
+    if world > 1:
+        dist.all_reduce(sums)
+    return sums[0].item() / max(sums[2].item(), 1), sums[1].item() / max(sums[2].item(), 1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    ap.add_argument("--data", required=True, help="training split (hpctrain HDF5)")
+    ap.add_argument("--eval-data", default="", help="test split (hpctrain HDF5); empty: no evaluation")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--max-steps", type=int, default=0, help="0: no limit")
+    ap.add_argument("--global-batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--warmup-steps", type=int, default=5, help="steps excluded from samples/s")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--mean", type=float, default=MEAN)
+    ap.add_argument("--std", type=float, default=STD)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    rank, world = rank_and_world()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    if world > 1:
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    B = args.global_batch
+    if B % world:
+        raise SystemExit(f"torch_ddp.py: global batch {B} not divisible by {world} ranks")
+    local = B // world
+
+    x_train, y_train = load_split(args.data, args.mean, args.std)
+    x_test = y_test = None
+    if args.eval_data:
+        x_test, y_test = load_split(args.eval_data, args.mean, args.std)
+
+    torch.manual_seed(args.seed)  # same initial parameters on every rank (DDP broadcasts rank 0's anyway)
+    model = build_model(args.model)
+    ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+
+    n = x_train.shape[0]
+    batches = n // B  # drop the last partial global batch, as hpctrain does by default
+    total_steps = batches * args.epochs
+    if args.max_steps > 0:
+        total_steps = min(total_steps, args.max_steps)
+
+    step = 0
+    t_start = None
+    eval_s = compute_s = data_s = 0.0
+    test_loss = test_acc = None
+    loss_value = float("nan")
+    run_start = time.perf_counter()
+    cpu_start = time.process_time()  # this process, all threads (gloo's included)
+    for epoch in range(args.epochs):
+        if step >= total_steps:
+            break
+        g = torch.Generator()
+        g.manual_seed(args.seed * 1000003 + epoch)  # one global permutation per (seed, epoch)
+        perm = torch.randperm(n, generator=g)
+        for b in range(batches):
+            if step >= total_steps:
+                break
+            t0 = time.perf_counter()
+            idx = perm[b * B + rank * local: b * B + (rank + 1) * local]
+            xb = x_train.index_select(0, idx)
+            yb = y_train.index_select(0, idx)
+            t1 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(ddp(xb), yb)
+            loss.backward()  # DDP's bucketed all-reduce overlaps with this
+            opt.step()
+            t2 = time.perf_counter()
+            data_s += t1 - t0
+            compute_s += t2 - t1
+            step += 1
+            if step == args.warmup_steps:
+                t_start = time.perf_counter()
+        loss_value = loss.item()
+        if x_test is not None:
+            e0 = time.perf_counter()
+            test_loss, test_acc = evaluate(model, x_test, y_test, rank, world)
+            eval_s += time.perf_counter() - e0
+    t_end = time.perf_counter()
+    cpu_util = (time.process_time() - cpu_start) / max(t_end - run_start, 1e-12)
+
+    measured_steps = step - args.warmup_steps
+    measured_s = (t_end - t_start - eval_s) if t_start is not None else 0.0
+    if world > 1:
+        slowest = torch.tensor([measured_s], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        measured_s = slowest.item()
+    rate = measured_steps * B / measured_s if measured_steps > 0 and measured_s > 0 else 0.0
+    if rank == 0:
+        print(json.dumps({
+            "side": "torch", "model": args.model, "ranks": world, "global_batch": B,
+            "epochs": args.epochs, "steps": step, "warmup_steps": args.warmup_steps,
+            "samples_per_s": rate, "test_accuracy": test_acc, "test_loss": test_loss,
+            "final_loss": loss_value, "seconds": t_end - run_start,
+            "compute_s": compute_s, "data_s": data_s, "eval_s": eval_s, "cpu_util": cpu_util,
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+        }), flush=True)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

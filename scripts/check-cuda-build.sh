@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Manual check that the compute core and the models compile and link with nvcc against a
+# CUDA-enabled Kokkos (no GPU needed; nothing is run).
+#
+#   scripts/check-cuda-build.sh BUILD_ROOT
+#
+# Uses the same Kokkos 3.4.01 source as scripts/kokkos-openmp/build.sh (Debian's trilinos
+# source package; shared when HPCTRAIN_KOKKOS_SOURCE_CACHE points at that script's
+# BUILD_ROOT/cache, else fetched into BUILD_ROOT/cache), patched for CUDA 13 with
+# scripts/kokkos-openmp/kokkos-3.4.01-cuda13.patch:
+#   * bin/nvcc_wrapper: default arch sm_80 (3.4 defaults to sm_35, which CUDA 12+ rejects;
+#     NVCC_WRAPPER_DEFAULT_ARCH overrides);
+#   * Kokkos_Cuda_Half.hpp: half_t -> __half explicitly (CUDA 13 has no implicit conversion)
+#     and no __half2double;
+#   * Kokkos_CudaSpace.cpp: cudaMemPrefetchAsync takes a cudaMemLocation and flags in CUDA 13.
+# Then: Kokkos (CUDA + Serial, sm_80, lambdas) -> BUILD_ROOT/kokkos-cuda-install, Kokkos
+# Kernels minimal (BLAS component, no ETI, OpenBLAS + cuBLAS) -> kokkos-kernels-cuda-install,
+# and hpctrain with HPCTRAIN_ENABLE_CUDA=ON and nvcc_wrapper as the C++ compiler in
+# BUILD_ROOT/hpctrain-cuda, building hpctrain_core, hpctrain_models and the test executables
+# test_core, test_core_environment, test_models. Installs are cached like the OpenMP script's.
+#
+# Environment: HPCTRAIN_JOBS (default 2), CUDA_ARCH_FLAG (default Kokkos_ARCH_AMPERE80; 3.4
+# has no Hopper flag, sm_80 code runs on Hopper through PTX JIT).
+set -euo pipefail
+
+[[ $# -eq 1 ]] || { echo "usage: $0 BUILD_ROOT" >&2; exit 2; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source_dir=$(cd "$here/.." && pwd)
+mkdir -p "$1"
+root=$(cd "$1" && pwd)
+export KOKKOS_JOBS=${HPCTRAIN_JOBS:-2} KOKKOS_LOG_DIR=$root KOKKOS_LOG_TAG=check-cuda-build
+# shellcheck source=kokkos-openmp/kokkos-lib.sh
+source "$source_dir/scripts/kokkos-openmp/kokkos-lib.sh"
+log() { kokkos_log "$@"; }
+
+command -v nvcc >/dev/null || { echo "check-cuda-build: nvcc not on PATH" >&2; exit 1; }
+log "$(nvcc --version | tail -n 2 | head -n 1)"
+arch_flag=${CUDA_ARCH_FLAG:-Kokkos_ARCH_AMPERE80}
+
+# ---- 1. sources, patched ------------------------------------------------------------------
+cache=${HPCTRAIN_KOKKOS_SOURCE_CACHE:-$root/cache}
+kokkos_source_fetch "$cache"
+patch_file=$source_dir/scripts/kokkos-openmp/kokkos-3.4.01-cuda13.patch
+patch_sum=$(sha256sum "$patch_file" | cut -d' ' -f1)
+patched=$root/kokkos-src-cuda13
+if [[ "$(cat "$patched/.hpctrain-patch" 2>/dev/null)" != "$patch_sum" ]]; then
+  log "patching Kokkos with $(basename "$patch_file")"
+  rm -rf "$patched"
+  cp -r "$cache/src/kokkos" "$patched"
+  patch -d "$patched" -p1 --quiet <"$patch_file"
+  echo "$patch_sum" >"$patched/.hpctrain-patch"
+fi
+export KOKKOS_STAMP_EXTRA=$patch_sum
+
+# ---- 2. Kokkos with CUDA ---------------------------------------------------------------------
+# Configured with the source tree's (patched) nvcc_wrapper; the installed copy is what
+# Kokkos Kernels and hpctrain then compile with.
+kokkos_prefix=$root/kokkos-cuda-install
+kokkos_cmake_install kokkos-cuda "$patched" "$kokkos_prefix" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$patched/bin/nvcc_wrapper" \
+  -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF -DBUILD_SHARED_LIBS=OFF \
+  -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_SERIAL=ON -D"$arch_flag"=ON \
+  -DKokkos_ENABLE_CUDA_LAMBDA=ON \
+  -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF
+nvcc_wrapper=$kokkos_prefix/bin/nvcc_wrapper
+
+# ---- 3. Kokkos Kernels: minimal, OpenBLAS on the host, cuBLAS on the device ------------------
+kk_prefix=$root/kokkos-kernels-cuda-install
+blas_dir=$(kokkos_openblas_dir)
+mapfile -t kk_args < <(kokkos_kernels_minimal_args "$blas_dir")
+kokkos_cmake_install kokkos-kernels-cuda "$cache/src/kokkos-kernels" "$kk_prefix" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$nvcc_wrapper" \
+  -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF -DBUILD_SHARED_LIBS=OFF \
+  -DKokkos_ROOT="$kokkos_prefix" "${kk_args[@]}" \
+  -DKokkosKernels_INST_EXECSPACE_CUDA=OFF -DKokkosKernels_INST_MEMSPACE_CUDASPACE=OFF \
+  -DKokkosKernels_INST_MEMSPACE_CUDAUVMSPACE=OFF \
+  -DKokkosKernels_ENABLE_TPL_CUBLAS=ON -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF
+
+# ---- 4. hpctrain: compute core, models and their tests, compile + link only ------------------
+hp=$root/hpctrain-cuda
+log "hpctrain: configuring $hp (CXX = $nvcc_wrapper)"
+kokkos_run_logged "$root/hpctrain-configure.log" cmake -S "$source_dir" -B "$hp" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$nvcc_wrapper" \
+  -DKokkos_ROOT="$kokkos_prefix" -DKokkosKernels_ROOT="$kk_prefix" \
+  -DHPCTRAIN_ENABLE_CUDA=ON -DHPCTRAIN_ENABLE_TESTS=ON -DHPCTRAIN_ENABLE_BENCHMARKS=OFF \
+  -DHPCTRAIN_ENABLE_UCX=OFF -DHPCTRAIN_KOKKOS_OPENMP_CHILD=ON \
+  -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST || exit 1
+# PRE_TEST: gtest_discover_tests would otherwise run each test binary after linking to list its
+# tests, and Kokkos::initialize fails without a GPU driver (cudaErrorInsufficientDriver).
+targets=(hpctrain_core hpctrain_models test_core test_core_environment test_models)
+log "hpctrain: building ${targets[*]}"
+kokkos_run_logged "$root/hpctrain-build.log" \
+  cmake --build "$hp" -j "$KOKKOS_JOBS" --target "${targets[@]}" || exit 1
+log "OK: ${targets[*]} compile and link with nvcc ($(basename "$nvcc_wrapper"), $arch_flag)"
+log "executables in $hp/bin (run them on a GPU machine; nothing was run here)"
