@@ -71,9 +71,10 @@ def build_model(name):
                               nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Linear(256, 10))
     else:
         raise SystemExit(f"torch_ddp.py: unknown model '{name}' (mlp or cnn)")
-    for m in model.modules():  # hpctrain's "he": normal(0, sqrt(2 / fan_in)), zero bias
+    for m in model.modules():  # hpctrain's default "fan_in_uniform": U(+-1/sqrt(fan_in)), zero bias
         if isinstance(m, (nn.Linear, nn.Conv2d)):
-            nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+            # PyTorch's own default weight init is this distribution (kaiming_uniform, a=sqrt(5))
+            nn.init.kaiming_uniform_(m.weight, a=5**0.5)
             nn.init.zeros_(m.bias)
     return model
 

@@ -12,7 +12,8 @@ Init parse_init(const std::string& name) {
   if (name == "zeros") return Init::zeros;
   if (name == "he" || name == "he_normal") return Init::he_normal;
   if (name == "xavier" || name == "xavier_uniform") return Init::xavier_uniform;
-  HPCTRAIN_FAIL("unknown initialisation '" + name + "' (expected zeros, he or xavier)");
+  if (name == "fan_in_uniform" || name == "pytorch") return Init::fan_in_uniform;
+  HPCTRAIN_FAIL("unknown initialisation '" + name + "' (expected zeros, he, xavier or fan_in_uniform)");
 }
 
 std::string to_string(Init init) {
@@ -20,6 +21,7 @@ std::string to_string(Init init) {
     case Init::zeros: return "zeros";
     case Init::he_normal: return "he";
     case Init::xavier_uniform: return "xavier";
+    case Init::fan_in_uniform: return "fan_in_uniform";
   }
   return "?";
 }
@@ -44,7 +46,8 @@ void initialize(const Vec<T>& v, Init init, std::int64_t fan_in, std::int64_t fa
                                                             counter_hash(seed, parameter_id, idx, 1)));
         });
   } else {
-    const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+    const double limit = init == Init::xavier_uniform ? std::sqrt(6.0 / static_cast<double>(fan_in + fan_out))
+                                                      : 1.0 / std::sqrt(static_cast<double>(fan_in));
     Kokkos::parallel_for(
         "hpctrain::init_xavier_uniform", Kokkos::RangePolicy<ExecSpace>(0, n),
         KOKKOS_LAMBDA(const std::int64_t i) {

@@ -14,9 +14,10 @@ enum class Init {
   zeros,
   he_normal,       ///< N(0, 2 / fan_in) (He et al. 2015), for ReLU networks
   xavier_uniform,  ///< U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010)
+  fan_in_uniform,  ///< U(-a, a), a = 1 / sqrt(fan_in): PyTorch's default for Linear and Conv2d
 };
 
-Init parse_init(const std::string& name);  ///< "zeros", "he", "xavier"
+Init parse_init(const std::string& name);  ///< "zeros", "he", "xavier", "fan_in_uniform"
 std::string to_string(Init init);
 
 template <class T>
