@@ -285,6 +285,7 @@ int run(int& argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hpctrain::choose_openblas_kernels(argv);  // before anything uses BLAS
   hpctrain::Environment env(argc, argv);  // MPI_Init_thread, then Kokkos; the reverse at exit
   try {
     return run(argc, argv);

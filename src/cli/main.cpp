@@ -271,6 +271,7 @@ int main(int argc, char** argv) {
   // A write beyond the file-size limit (`ulimit -f`, a quota) then fails with EFBIG and is
   // reported naming the file, instead of SIGXFSZ killing the rank with no message.
   std::signal(SIGXFSZ, SIG_IGN);
+  hpctrain::choose_openblas_kernels(argv);  // may re-execute: before anything else
   hpctrain::Environment env(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -1,11 +1,35 @@
 #include "hpctrain/core/environment.hpp"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
 #include "hpctrain/collectives/error.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
 
 namespace hpctrain {
+
+void choose_openblas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("HPCTRAIN_KEEP_BLAS_CORETYPE")) return;
+  using CoreName = char* (*)();
+  auto corename = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (!corename) return;  // the BLAS is not OpenBLAS
+  const std::string core = corename();
+  if (core != "Prescott" && core != "Core2" && core != "Nehalem" && core != "Sandybridge") return;
+  const char* better = nullptr;
+  if (__builtin_cpu_supports("avx512f")) {
+    better = "SkylakeX";
+  } else if (__builtin_cpu_supports("avx2")) {
+    better = "Haswell";
+  }
+  if (!better) return;
+  setenv("OPENBLAS_CORETYPE", better, 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: carry on with the slow kernels
+}
 
 Environment::Environment() {
   int argc = 0;

@@ -58,7 +58,8 @@ def checksums(text):
 
 
 def scenario_templates(a, env):
-    extra = {"train-gpu.sbatch": ["--gpus-per-task=0"],
+    # This machine has 2 cores and no GPU: shrink the templates' allocations to fit it.
+    extra = {"train-gpu.sbatch": ["--gpus-per-task=0", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1"],
              "scaling-strong.sbatch": ["--ntasks-per-node=2"], "scaling-weak.sbatch": ["--ntasks-per-node=2"]}
     for script in sorted((a.repo / "slurm").glob("*.sbatch")):
         r = run(["sbatch", "--test-only", *extra.get(script.name, []), str(script)], env=env)

@@ -11,6 +11,14 @@ namespace hpctrain {
 /// is already up. The destructor finalises only what this object initialised, Kokkos first,
 /// and never throws. Create exactly one, in `main`, before any View exists; destroy it after
 /// every View is gone.
+/// OpenBLAS picks its kernels when it loads, from the CPU model; a CPU newer than the OpenBLAS
+/// build (Debian 12's 0.3.21 on Sapphire/Emerald Rapids, say) gets the generic "Prescott"
+/// kernels, several times slower. Call first thing in main: when OpenBLAS chose such generic
+/// kernels on a CPU with AVX-512 (or AVX2), it re-executes the program once with
+/// OPENBLAS_CORETYPE=SkylakeX (or Haswell). A user's OPENBLAS_CORETYPE, or
+/// HPCTRAIN_KEEP_BLAS_CORETYPE=1, is respected. Returns (doing nothing) when not applicable.
+void choose_openblas_kernels(char** argv);
+
 class Environment {
  public:
   Environment();
