@@ -50,14 +50,7 @@ struct Options {
 /// Column/benchmark name of an algorithm ("auto" rather than "automatic", as the env knob).
 std::string algo_name(Algorithm a) { return a == Algorithm::automatic ? "auto" : std::string(to_string(a)); }
 
-long long parse_count(const std::string& text, const std::string& what, long long min) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  HPCTRAIN_REQUIRE(errno == 0 && end != text.c_str() && *end == '\0' && v >= min,
-                   what + "='" + text + "' must be an integer >= " + std::to_string(min));
-  return v;
-}
+using hpctrain::bench::parse_count;
 
 Options parse_options(int& argc, char** argv) {
   using hpctrain::bench::flag_or_env;

@@ -35,6 +35,7 @@
 #include <cblas.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <exception>
 #include <random>
@@ -348,7 +349,17 @@ int main(int argc, char** argv) {
 #ifdef HPCTRAIN_BENCH_OPENBLAS
     benchmark::AddCustomContext("openblas_threads", std::to_string(openblas_get_num_threads()));
     benchmark::AddCustomContext("openblas_config", openblas_get_config());
-    benchmark::AddCustomContext("openblas_core", openblas_get_corename());  // DYNAMIC_ARCH pick
+    const std::string blas_core = openblas_get_corename();  // what DYNAMIC_ARCH picked
+    benchmark::AddCustomContext("openblas_core", blas_core);
+    // OpenBLAS 0.3.21 does not recognise some newer Xeons (cpuinfo "Intel(R) Xeon(R)
+    // Processor") and falls back to its SSE3 Prescott kernels: ~6x slower sgemm here.
+    if ((blas_core == "Prescott" || blas_core == "Core2" || blas_core == "Nehalem") &&
+        __builtin_cpu_supports("avx2")) {
+      std::fprintf(stderr,
+                   "bench_kernels: OpenBLAS chose its %s kernels on an AVX2 CPU; set "
+                   "OPENBLAS_CORETYPE=SkylakeX (AVX-512) or Haswell (AVX2) for real figures\n",
+                   blas_core.c_str());
+    }
 #endif
     register_benchmarks();
     benchmark::Initialize(&argc, argv);

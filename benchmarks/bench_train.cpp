@@ -61,7 +61,7 @@
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/core/environment.hpp"
-#include "hpctrain/io/idx_import.hpp"
+#include "hpctrain/io/fashion_mnist_cache.hpp"
 #include "hpctrain/train/trainer.hpp"
 #include "mpi_benchmark.hpp"
 
@@ -84,15 +84,6 @@ struct Options {
   std::string algo = "auto";
 };
 
-long long parse_count(const std::string& text, const std::string& what, long long min) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  HPCTRAIN_REQUIRE(errno == 0 && end != text.c_str() && *end == '\0' && v >= min,
-                   what + "='" + text + "' must be an integer >= " + std::to_string(min));
-  return v;
-}
-
 double parse_real(const std::string& text, const std::string& what) {
   char* end = nullptr;
   errno = 0;
@@ -104,6 +95,7 @@ double parse_real(const std::string& text, const std::string& what) {
 
 Options parse_options(int& argc, char** argv) {
   using hpctrain::bench::flag_or_env;
+  using hpctrain::bench::parse_count;
   using hpctrain::bench::take_flag;
   Options o;
   if (auto v = flag_or_env(take_flag(argc, argv, "models"), "HPCTRAIN_BENCH_MODELS")) {
@@ -134,38 +126,6 @@ Options parse_options(int& argc, char** argv) {
   HPCTRAIN_REQUIRE(o.steps > 0 || o.epochs > 0, "steps=0 needs epochs=N (epochs mode)");
   if (o.steps > 0) o.epochs = 0;  // steps mode wins
   return o;
-}
-
-std::string default_data_dir() {
-  if (const char* d = std::getenv("HPCTRAIN_DATA_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/hpctrain";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/hpctrain";
-  return "hpctrain-data";
-}
-
-/// The Fashion-MNIST split in the same cache `hpctrain train` uses; rank 0 imports it from
-/// Debian's IDX files if absent, the others wait.
-std::string ensure_fashion_mnist(const std::string& split, Communicator& comm) {
-  const std::string dir = default_data_dir();
-  const std::string path = dir + "/fashion-mnist-" + split + ".h5";
-  int failed = 0;
-  std::string why;
-  if (comm.rank() == 0 && !fs::exists(path)) {
-    try {
-      fs::create_directories(dir);
-      const auto files = hpctrain::io::fashion_mnist_idx_files(split);
-      hpctrain::io::import_idx(files.images, files.labels, path,
-                               hpctrain::io::IdxImportOptions::fashion_mnist());
-    } catch (const std::exception& e) {
-      failed = 1;
-      why = e.what();
-    }
-  }
-  comm.allreduce(&failed, 1, hpctrain::coll::ReduceOp::max);
-  HPCTRAIN_REQUIRE(!failed, comm.rank() == 0
-                                ? "default data set: " + why + " (install dataset-fashion-mnist or pass --data)"
-                                : std::string("default data set: import failed on rank 0"));
-  return path;
 }
 
 /// Training FLOPs per sample of the built-in models with their default configuration (see the
@@ -267,8 +227,8 @@ int run(int& argc, char** argv) {
   Options o = parse_options(argc, argv);
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   if (o.data.empty()) {
-    o.data = ensure_fashion_mnist("train", comm);
-    if (o.epochs > 0 && o.eval_data.empty()) o.eval_data = ensure_fashion_mnist("test", comm);
+    o.data = hpctrain::io::ensure_fashion_mnist("train", comm);
+    if (o.epochs > 0 && o.eval_data.empty()) o.eval_data = hpctrain::io::ensure_fashion_mnist("test", comm);
   }
   for (const std::string& model : o.models) {
     const std::string name = "train/" + model + "/P:" + std::to_string(comm.size());

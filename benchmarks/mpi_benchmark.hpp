@@ -186,6 +186,16 @@ inline std::size_t parse_bytes(const std::string& text, const std::string& what)
   return static_cast<std::size_t>(v) * scale;
 }
 
+/// Parses an integer >= `min`; throws naming `what`.
+inline long long parse_count(const std::string& text, const std::string& what, long long min) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  HPCTRAIN_REQUIRE(errno == 0 && end != text.c_str() && *end == '\0' && v >= min,
+                   what + "='" + text + "' must be an integer >= " + std::to_string(min));
+  return v;
+}
+
 /// A flag's value, else the environment variable's, else `fallback`.
 inline std::optional<std::string> flag_or_env(const std::optional<std::string>& flag,
                                               const char* env) {

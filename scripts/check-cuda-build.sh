@@ -24,7 +24,7 @@
 set -euo pipefail
 
 [[ $# -eq 1 ]] || { echo "usage: $0 BUILD_ROOT" >&2; exit 2; }
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 source_dir=$(cd "$here/.." && pwd)
 mkdir -p "$1"
 root=$(cd "$1" && pwd)

@@ -37,7 +37,7 @@ for arg in "$@"; do
   esac
 done
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 source_dir=$(cd "$here/../.." && pwd)
 mkdir -p "$root"
 root=$(cd "$root" && pwd)

@@ -21,6 +21,7 @@
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/io/fashion_mnist_cache.hpp"
 #include "hpctrain/io/idx_import.hpp"
 #include "hpctrain/train/preemption.hpp"
 #include "hpctrain/train/trainer.hpp"
@@ -31,40 +32,6 @@ using hpctrain::coll::Communicator;
 namespace {
 
 constexpr int kExitUsage = 2;
-
-std::string default_cache_dir() {
-  if (const char* d = std::getenv("HPCTRAIN_DATA_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/hpctrain";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/hpctrain";
-  return "hpctrain-data";
-}
-
-/// The HDF5 file of a Fashion-MNIST split in the cache, imported from Debian's IDX files by
-/// rank 0 on first use while the other ranks wait.
-std::string ensure_fashion_mnist(const std::string& split, Communicator& comm) {
-  const std::string dir = default_cache_dir();
-  const std::string path = dir + "/fashion-mnist-" + split + ".h5";
-  int failed = 0;
-  std::string why;
-  if (comm.rank() == 0 && !fs::exists(path)) {
-    try {
-      fs::create_directories(dir);
-      const auto files = hpctrain::io::fashion_mnist_idx_files(split);
-      std::printf("hpctrain: importing Fashion-MNIST %s split from %s into %s\n", split.c_str(),
-                  files.images.c_str(), path.c_str());
-      std::fflush(stdout);
-      hpctrain::io::import_idx(files.images, files.labels, path, hpctrain::io::IdxImportOptions::fashion_mnist());
-    } catch (const std::exception& e) {
-      failed = 1;
-      why = e.what();
-    }
-  }
-  comm.allreduce(&failed, 1, hpctrain::coll::ReduceOp::max);  // the others wait here
-  HPCTRAIN_REQUIRE(!failed, comm.rank() == 0 ? "default data set: " + why +
-                                                   " (install Debian's dataset-fashion-mnist or pass --data FILE)"
-                                             : std::string("default data set: import failed on rank 0"));
-  return path;
-}
 
 nlohmann::json model_config(const std::string& model) {
   if (model == "mlp" || model == "cnn") return nlohmann::json{{"name", model}};
@@ -199,8 +166,8 @@ int run_train(TrainArgs& a, Communicator& comm) {
   o.parallel.first_bucket_bytes = static_cast<std::size_t>(a.first_bucket_mb * 1048576.0);
   o.drop_last = !a.keep_last;
   if (o.data.empty()) {
-    o.data = ensure_fashion_mnist("train", comm);
-    if (o.eval_data.empty() && !a.no_eval) o.eval_data = ensure_fashion_mnist("test", comm);
+    o.data = hpctrain::io::ensure_fashion_mnist("train", comm);
+    if (o.eval_data.empty() && !a.no_eval) o.eval_data = hpctrain::io::ensure_fashion_mnist("test", comm);
   }
   if (a.no_eval) o.eval_data.clear();
   const auto result = hpctrain::train::run_training(o, comm);
