@@ -10,6 +10,11 @@
 //   algbw = bytes / time (GB/s, 1e9; time = the median iteration), busbw = algbw * 2(p-1)/p,
 //   wrong = mismatching elements of the last iteration summed over ranks (inputs are small
 //   integers, so sums are exact).
+// The bound: at startup every rank copies 64 MiB with memcpy at the same time (best of 5); the
+// slowest rank's copy bandwidth is `bound_GBps`, the node's memory-copy bandwidth per rank with
+// all ranks copying. Within a node every all-reduce byte crosses memory at least once per rank,
+// so busbw cannot exceed it (shared memory; a network sets a lower bound between nodes).
+// Every benchmark reports `bound_GBps` and `vs_bound` = busbw / bound_GBps.
 // Rank 0 prints an nccl-tests-like table at the end (stdout with the console format, stderr
 // when --benchmark_format is json/csv so stdout stays machine-readable).
 // Knobs: flags above, or HPCTRAIN_BENCH_{MIN_BYTES,MAX_BYTES,STEP,ITERS,WARMUP,ALGORITHMS};
@@ -18,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -125,6 +131,27 @@ struct Result {
 };
 std::map<std::size_t, std::map<std::string, Result>> g_results;  // bytes -> algorithm -> best
 long long g_total_wrong = 0;
+double g_bound_gbps = 0;  // measured at startup (measure_copy_bound)
+
+/// memcpy bandwidth (GB/s, 1e9, bytes copied / time) of each rank copying 64 MiB at the same
+/// time, best of 5; the slowest rank's value. Collective over `comm`.
+double measure_copy_bound(MPI_Comm comm) {
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  std::vector<char> src(kBytes, 1), dst(kBytes, 0);  // touched before timing
+  double best_s = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 6; ++i) {  // the first is a warm-up
+    HPCTRAIN_CHECK_MPI(MPI_Barrier(comm));
+    const double t0 = MPI_Wtime();
+    std::memcpy(dst.data(), src.data(), kBytes);
+    const double t = MPI_Wtime() - t0;
+    if (i > 0) best_s = std::min(best_s, t);
+    src[static_cast<std::size_t>(i)] = dst[kBytes - 1 - static_cast<std::size_t>(i)];  // keep the copy
+  }
+  const double mine = static_cast<double>(kBytes) / best_s / 1e9;
+  double slowest = 0;
+  HPCTRAIN_CHECK_MPI(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MIN, comm));
+  return slowest;
+}
 
 void record(std::size_t bytes, const std::string& algo, const Result& r) {
   auto [it, inserted] = g_results[bytes].try_emplace(algo, r);
@@ -168,6 +195,8 @@ void bench_allreduce(benchmark::State& state, Communicator* comm, Algorithm algo
   state.counters["bytes"] = benchmark::Counter(static_cast<double>(bytes));
   state.counters["ranks"] = benchmark::Counter(p);
   state.counters["wrong"] = benchmark::Counter(static_cast<double>(wrong));
+  state.counters["bound_GBps"] = benchmark::Counter(g_bound_gbps);
+  state.counters["vs_bound"] = benchmark::Counter(g_bound_gbps > 0 ? busbw / g_bound_gbps : 0.0);
   state.SetLabel(algo_name(algo));
   if (wrong != 0) {
     state.SkipWithError(("allreduce/" + algo_name(algo) + "/" + std::to_string(bytes) + ": " +
@@ -210,7 +239,9 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
                human_bytes(tuning.tree_segment_bytes).c_str(),
                human_bytes(tuning.tree_binomial_max_bytes).c_str(), tuning.spin_polls);
   std::fprintf(out, "# algbw = size/time, busbw = algbw*2(p-1)/p (GB/s); #wrong = wrong elements "
-                    "(all ranks)\n#\n");
+                    "(all ranks)\n");
+  std::fprintf(out, "# bound: memcpy %.2f GB/s per rank with all %d ranks copying (64 MiB, best of 5, "
+                    "slowest rank); busbw cannot exceed it within a node\n#\n", g_bound_gbps, p);
   // Header: algorithm names centred over their four columns.
   std::fprintf(out, "#%38s", "");
   for (const auto& a : algos) std::fprintf(out, "  %-31s", ("---------- " + a + " ----------").c_str());
@@ -250,6 +281,7 @@ int run(int& argc, char**& argv) {
   const Options options = parse_options(argc, argv);
   const auto format = hpctrain::bench::peek_flag(argc, argv, "benchmark_format");
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
+  g_bound_gbps = measure_copy_bound(MPI_COMM_WORLD);
 
   // Size-major order: the algorithms of one size run back to back, so a ratio compares runs a
   // few seconds apart, not minutes apart under different neighbours' load.

@@ -276,5 +276,11 @@ int main(int argc, char** argv) {
   }
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   for (std::size_t bytes : o.sizes) register_size(o, bytes, comm);
-  return bench::run_benchmarks(argc, argv, MPI_COMM_WORLD) ? 0 : 1;
+  const bool ok = bench::run_benchmarks(argc, argv, MPI_COMM_WORLD);
+  comm.barrier();
+  if (comm.rank() == 0) {  // what a --benchmark_filter run left behind
+    std::error_code ec;
+    for (std::size_t bytes : o.sizes) fs::remove_all(o.dir + "/hpctrain-bench-ckpt-" + size_label(bytes), ec);
+  }
+  return ok ? 0 : 1;
 }
