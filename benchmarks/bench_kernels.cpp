@@ -31,6 +31,8 @@
 #include "hpctrain/models/registry.hpp"
 
 #include <Kokkos_Core.hpp>
+
+#include "hpctrain/core/environment.hpp"
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -339,6 +341,7 @@ void register_benchmarks() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hpctrain::choose_openblas_kernels(argv);  // before anything uses BLAS (may re-execute)
   Kokkos::initialize(argc, argv);
   int rc = 0;
   {
