@@ -17,6 +17,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files
   dataset-fashion-mnist python3-h5py python3-numpy
+  # scaling-study plots
+  python3-matplotlib
   # the PyTorch DDP peer of bench_train (benchmarks/peers/torch_ddp.py, scripts/compare-torch.sh)
   python3-torch
   # a one-node Slurm cluster for the Slurm tests (scripts/slurm-local.sh); srun --mpi=pmix
