@@ -123,7 +123,9 @@ def scenario_preemptible(a, env):
     # The uninterrupted run: same seed, same options, same rank count, no interruption.
     base = ["srun", "--mpi=pmix", "-n", "2", str(a.bin / "hpctrain"), "train", "--model", "mlp", "--epochs", "1",
             "--global-batch", "128", "--lr", "0.05", "--seed", "7", *args.split()]
-    r = run(base, env=env)
+    # Same threading as the batch job (the template sets OMP_NUM_THREADS from --cpus-per-task):
+    # OpenBLAS splits a gemm by its thread count, which changes the summation order.
+    r = run(base, env=dict(env, OMP_NUM_THREADS="1"))
     print(r.stdout, r.stderr)
     if r.returncode != 0:
         fail("uninterrupted run failed")
