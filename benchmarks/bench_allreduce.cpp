@@ -1,10 +1,15 @@
 // bench_allreduce: hpctrain's all-reduce algorithms next to MPI_Allreduce, nccl-tests style.
 //
 //   mpirun -n P build/bin/bench_allreduce [--min_bytes=8] [--max_bytes=256M] [--step=2]
-//          [--iters=N] [--warmup=N] [--algorithms=ring,tree,auto,mpi] [Google Benchmark flags]
+//          [--iters=N] [--warmup=N] [--algorithms=ring,tree,auto,mpi] [--transports=mpi,ucx]
+//          [Google Benchmark flags]
 //
-// One benchmark per (algorithm, size), named `allreduce/<algorithm>/<bytes>` (Google Benchmark
-// appends `/iterations:N/manual_time`), float32 sum, out of place. Every rank runs the same
+// One benchmark per (algorithm, transport, size), named `allreduce/<column>/<bytes>` (Google
+// Benchmark appends `/iterations:N/manual_time`), float32 sum, out of place. The column is the
+// algorithm's name over the MPI transport ("ring") and `<algorithm>@<transport>` over another
+// ("ring@ucx"); `mpi` (MPI_Allreduce) always runs on MPI, whatever --transports says.
+// --transports defaults to HPCTRAIN_TRANSPORT (mpi when unset), so
+// `HPCTRAIN_TRANSPORT=ucx mpirun -n 2 bench_allreduce` puts ring@ucx next to MPI_Allreduce. Every rank runs the same
 // fixed number of iterations; each iteration is barrier (untimed) -> MPI_Wtime -> allreduce ->
 // MPI_Wtime, and its time is the slowest rank's. Counters follow nccl-tests:
 //   algbw = bytes / time (GB/s, 1e9; time = the median iteration), busbw = algbw * 2(p-1)/p,
@@ -17,7 +22,8 @@
 // Every benchmark reports `bound_GBps` and `vs_bound` = busbw / bound_GBps.
 // Rank 0 prints an nccl-tests-like table at the end (stdout with the console format, stderr
 // when --benchmark_format is json/csv so stdout stays machine-readable).
-// Knobs: flags above, or HPCTRAIN_BENCH_{MIN_BYTES,MAX_BYTES,STEP,ITERS,WARMUP,ALGORITHMS};
+// Knobs: flags above, or HPCTRAIN_BENCH_{MIN_BYTES,MAX_BYTES,STEP,ITERS,WARMUP,ALGORITHMS,
+// TRANSPORTS};
 // the collectives' own HPCTRAIN_* tuning variables (Tuning::from_environment) apply as usual.
 
 #include <algorithm>
@@ -34,6 +40,7 @@
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
+#include "hpctrain/collectives/transport_factory.hpp"
 #include "mpi_benchmark.hpp"
 
 namespace {
@@ -42,6 +49,7 @@ using hpctrain::coll::Algorithm;
 using hpctrain::coll::Communicator;
 using hpctrain::coll::DataType;
 using hpctrain::coll::ReduceOp;
+using hpctrain::coll::TransportKind;
 
 struct Options {
   std::size_t min_bytes = 8;
@@ -51,6 +59,7 @@ struct Options {
   long long warmup = -1; // -1: by iteration count
   std::vector<Algorithm> algorithms{Algorithm::ring, Algorithm::tree, Algorithm::automatic,
                                     Algorithm::mpi};
+  std::vector<TransportKind> transports{hpctrain::coll::Tuning::from_environment().transport};
 };
 
 /// Column/benchmark name of an algorithm ("auto" rather than "automatic", as the env knob).
@@ -79,6 +88,14 @@ Options parse_options(int& argc, char** argv) {
       if (!name.empty()) o.algorithms.push_back(hpctrain::coll::parse_algorithm(name, "algorithms"));
     }
     HPCTRAIN_REQUIRE(!o.algorithms.empty(), "algorithms: empty list");
+  }
+  if (auto v = flag_or_env(take_flag(argc, argv, "transports"), "HPCTRAIN_BENCH_TRANSPORTS")) {
+    o.transports.clear();
+    std::stringstream list(*v);
+    for (std::string name; std::getline(list, name, ',');) {
+      if (!name.empty()) o.transports.push_back(hpctrain::coll::parse_transport_kind(name, "transports"));
+    }
+    HPCTRAIN_REQUIRE(!o.transports.empty(), "transports: empty list");
   }
   // float32 elements: sizes are whole elements.
   o.min_bytes = std::max<std::size_t>(4, (o.min_bytes + 3) / 4 * 4);
@@ -129,7 +146,8 @@ struct Result {
   long long wrong = 0;
   bool skipped = false;
 };
-std::map<std::size_t, std::map<std::string, Result>> g_results;  // bytes -> algorithm -> best
+std::map<std::size_t, std::map<std::string, Result>> g_results;  // bytes -> column -> best
+std::vector<std::string> g_columns;  // in registration order
 long long g_total_wrong = 0;
 double g_bound_gbps = 0;  // measured at startup (measure_copy_bound)
 
@@ -164,8 +182,8 @@ void record(std::size_t bytes, const std::string& algo, const Result& r) {
   g_total_wrong += r.wrong;
 }
 
-void bench_allreduce(benchmark::State& state, Communicator* comm, Algorithm algo, std::size_t bytes,
-                     long long warmup) {
+void bench_allreduce(benchmark::State& state, Communicator* comm, Algorithm algo, std::string column,
+                     std::size_t bytes, long long warmup) {
   const int p = comm->size(), rank = comm->rank();
   const std::size_t count = bytes / sizeof(float);
   std::vector<float> send(count), recv(count, 0.0f);  // touched here, not in the timed region
@@ -197,13 +215,13 @@ void bench_allreduce(benchmark::State& state, Communicator* comm, Algorithm algo
   state.counters["wrong"] = benchmark::Counter(static_cast<double>(wrong));
   state.counters["bound_GBps"] = benchmark::Counter(g_bound_gbps);
   state.counters["vs_bound"] = benchmark::Counter(g_bound_gbps > 0 ? busbw / g_bound_gbps : 0.0);
-  state.SetLabel(algo_name(algo));
+  state.SetLabel(column);
   if (wrong != 0) {
-    state.SkipWithError(("allreduce/" + algo_name(algo) + "/" + std::to_string(bytes) + ": " +
+    state.SkipWithError(("allreduce/" + column + "/" + std::to_string(bytes) + ": " +
                          std::to_string(wrong) + " wrong elements in the last iteration")
                             .c_str());
   }
-  record(bytes, algo_name(algo), Result{time_s * 1e6, algbw, busbw, wrong, wrong != 0});
+  record(bytes, column, Result{time_s * 1e6, algbw, busbw, wrong, wrong != 0});
 }
 
 // ---- nccl-tests-style table --------------------------------------------------------------
@@ -217,8 +235,7 @@ std::string human_bytes(std::size_t b) {
 void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning& tuning, int p) {
   if (g_results.empty()) return;
   std::vector<std::string> algos;
-  for (Algorithm a : o.algorithms) {
-    const std::string name = algo_name(a);
+  for (const std::string& name : g_columns) {
     if (std::find(algos.begin(), algos.end(), name) != algos.end()) continue;
     for (const auto& [bytes, row] : g_results) {
       if (row.count(name)) {
@@ -229,6 +246,7 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
   }
   auto has = [&](const char* a) { return std::find(algos.begin(), algos.end(), a) != algos.end(); };
   const bool ring_ratio = has("ring") && has("mpi"), tree_ratio = has("tree") && has("mpi");
+  const bool ucx_ring_ratio = has("ring@ucx") && has("ring"), ucx_mpi_ratio = has("ring@ucx") && has("mpi");
 
   std::fprintf(out, "#\n# bench_allreduce: %d ranks, float32 sum, out of place; time = median over the "
                     "iterations of the slowest rank's time\n", p);
@@ -247,10 +265,14 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
   for (const auto& a : algos) std::fprintf(out, "  %-31s", ("---------- " + a + " ----------").c_str());
   if (ring_ratio) std::fprintf(out, "  %9s", "ring/mpi");
   if (tree_ratio) std::fprintf(out, "  %9s", "tree/mpi");
+  if (ucx_ring_ratio) std::fprintf(out, "  %11s", "ringucx/ring");
+  if (ucx_mpi_ratio) std::fprintf(out, "  %11s", "ringucx/mpi");
   std::fprintf(out, "\n#%10s %11s %6s %6s", "size(B)", "count", "type", "redop");
   for (std::size_t i = 0; i < algos.size(); ++i) std::fprintf(out, "  %10s %6s %6s %6s", "time(us)", "algbw", "busbw", "#wrong");
   if (ring_ratio) std::fprintf(out, "  %9s", "busbw");
   if (tree_ratio) std::fprintf(out, "  %9s", "time");
+  if (ucx_ring_ratio) std::fprintf(out, "  %11s", "busbw");
+  if (ucx_mpi_ratio) std::fprintf(out, "  %11s", "busbw");
   std::fprintf(out, "\n");
   for (const auto& [bytes, row] : g_results) {
     std::fprintf(out, " %10zu %11zu %6s %6s", bytes, bytes / sizeof(float), "float", "sum");
@@ -263,14 +285,16 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
       const Result& r = it->second;
       std::fprintf(out, "  %10.1f %6.2f %6.2f %6lld", r.time_us, r.algbw, r.busbw, r.wrong);
     }
-    auto ratio = [&](const char* num, const char* den, bool busbw) {
+    auto ratio = [&](const char* num, const char* den, bool busbw, int width = 9) {
       auto n = row.find(num), d = row.find(den);
-      if (n == row.end() || d == row.end()) return std::fprintf(out, "  %9s", "-");
+      if (n == row.end() || d == row.end()) return std::fprintf(out, "  %*s", width, "-");
       const double x = busbw ? n->second.busbw / d->second.busbw : n->second.time_us / d->second.time_us;
-      return std::fprintf(out, "  %9.2f", x);
+      return std::fprintf(out, "  %*.2f", width, x);
     };
     if (ring_ratio) ratio("ring", "mpi", true);
     if (tree_ratio) ratio("tree", "mpi", false);
+    if (ucx_ring_ratio) ratio("ring@ucx", "ring", true, 11);
+    if (ucx_mpi_ratio) ratio("ring@ucx", "mpi", true, 11);
     std::fprintf(out, "\n");
   }
   std::fprintf(out, "# Out of bounds values : %lld %s\n#\n", g_total_wrong, g_total_wrong ? "FAILED" : "OK");
@@ -280,7 +304,18 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
 int run(int& argc, char**& argv) {
   const Options options = parse_options(argc, argv);
   const auto format = hpctrain::bench::peek_flag(argc, argv, "benchmark_format");
-  Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
+  // One communicator per transport; MPI_Allreduce (algorithm mpi) runs on the MPI one, made for it
+  // when --transports leaves MPI out.
+  std::map<TransportKind, std::unique_ptr<Communicator>> comms;
+  for (TransportKind k : options.transports) {
+    if (!comms.count(k)) comms.emplace(k, std::make_unique<Communicator>(hpctrain::coll::make_transport(MPI_COMM_WORLD, k)));
+  }
+  const bool wants_vendor =
+      std::find(options.algorithms.begin(), options.algorithms.end(), Algorithm::mpi) != options.algorithms.end();
+  if (wants_vendor && !comms.count(TransportKind::mpi)) {
+    comms.emplace(TransportKind::mpi, std::make_unique<Communicator>(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD)));
+  }
+  Communicator& comm = *comms.begin()->second;
   g_bound_gbps = measure_copy_bound(MPI_COMM_WORLD);
 
   // Size-major order: the algorithms of one size run back to back, so a ratio compares runs a
@@ -289,11 +324,20 @@ int run(int& argc, char**& argv) {
     const long long iters = iterations_for(bytes, options);
     const long long warmup = warmup_for(iters, options);
     for (Algorithm algo : options.algorithms) {
-      const std::string name = "allreduce/" + algo_name(algo) + "/" + std::to_string(bytes);
-      benchmark::RegisterBenchmark(name.c_str(), bench_allreduce, &comm, algo, bytes, warmup)
-          ->Iterations(iters)
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      for (TransportKind kind : options.transports) {
+        if (algo == Algorithm::mpi) kind = TransportKind::mpi;  // the vendor's, once
+        const std::string column = kind == TransportKind::mpi
+                                       ? algo_name(algo)
+                                       : algo_name(algo) + "@" + hpctrain::coll::to_string(kind);
+        if (std::find(g_columns.begin(), g_columns.end(), column) == g_columns.end()) g_columns.push_back(column);
+        const std::string name = "allreduce/" + column + "/" + std::to_string(bytes);
+        benchmark::RegisterBenchmark(name.c_str(), bench_allreduce, comms.at(kind).get(), algo, column, bytes,
+                                     warmup)
+            ->Iterations(iters)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+        if (algo == Algorithm::mpi) break;
+      }
     }
     if (bytes > options.max_bytes / options.step) break;  // no overflow on the next step
   }

@@ -36,7 +36,26 @@ std::size_t env_bytes(const char* name, std::size_t fallback, std::size_t min_va
   return value;
 }
 
+double env_seconds(const char* name, double fallback) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const double s = std::strtod(v, &end);
+  HPCTRAIN_REQUIRE(errno == 0 && end != v && *end == '\0' && s >= 0.0,
+                   std::string(name) + "='" + v + "' is not a non-negative number of seconds");
+  return s;
+}
+
 }  // namespace
+
+const char* to_string(TransportKind k) noexcept { return k == TransportKind::ucx ? "ucx" : "mpi"; }
+
+TransportKind parse_transport_kind(const std::string& name, const char* where) {
+  if (name == "mpi") return TransportKind::mpi;
+  if (name == "ucx") return TransportKind::ucx;
+  HPCTRAIN_FAIL(std::string(where) + "='" + name + "' is not a transport (expected mpi or ucx)");
+}
 
 Tuning Tuning::from_environment() {
   Tuning t;
@@ -60,6 +79,12 @@ Tuning Tuning::from_environment() {
       env_bytes("HPCTRAIN_TREE_BINOMIAL_MAX_BYTES", t.tree_binomial_max_bytes, 0);
   t.auto_tree_max_bytes = env_bytes("HPCTRAIN_AUTO_TREE_MAX_BYTES", t.auto_tree_max_bytes, 0);
   t.spin_polls = env_bytes("HPCTRAIN_SPIN_POLLS", t.spin_polls, 0);
+  if (const char* v = env("HPCTRAIN_TRANSPORT")) t.transport = parse_transport_kind(v, "HPCTRAIN_TRANSPORT");
+  t.ucx_reg_min_bytes = env_bytes("HPCTRAIN_UCX_REG_MIN_BYTES", t.ucx_reg_min_bytes, 0);
+  t.ucx_reg_max_entries = env_bytes("HPCTRAIN_UCX_REG_MAX_ENTRIES", t.ucx_reg_max_entries, 0);
+  t.ucx_peer_errors = env_bytes("HPCTRAIN_UCX_PEER_ERRORS", t.ucx_peer_errors ? 1 : 0, 0) != 0;
+  t.ucx_idle_progress_us = env_bytes("HPCTRAIN_UCX_IDLE_PROGRESS_US", t.ucx_idle_progress_us, 0);
+  t.ucx_close_timeout_s = env_seconds("HPCTRAIN_UCX_CLOSE_TIMEOUT_S", t.ucx_close_timeout_s);
   return t;
 }
 

@@ -19,6 +19,7 @@
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
+#include "hpctrain/collectives/transport_factory.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/fashion_mnist_cache.hpp"
@@ -305,7 +306,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
+    Communicator comm(hpctrain::coll::make_default_transport(MPI_COMM_WORLD));  // HPCTRAIN_TRANSPORT
     if (*train) return run_train(train_args, comm);
     if (*import) return run_import(import_args, comm);
     if (*inspect) return run_ckpt_inspect(ckpt_dir, comm);

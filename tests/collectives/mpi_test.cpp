@@ -1,11 +1,17 @@
 // The collectives over real MPI ranks (mpiexec -n 1..4), checked against MPI_Allreduce called
 // directly and against the float64 / exact-integer reference.
+//
+// Compiled twice: over the MPI transport, and with HPCTRAIN_TEST_TRANSPORT_UCX over the UCX
+// transport (registered with UCX_TLS=sm,self and tcp,self). The UCX transport has no vendor
+// all-reduce, so Algorithm::mpi is left out there.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +19,7 @@
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
+#include "hpctrain/collectives/ucx_transport.hpp"
 #include "reference.hpp"
 
 namespace hpctrain::coll {
@@ -20,6 +27,21 @@ namespace {
 
 using testing::all_ops;
 using testing::all_types;
+
+#ifdef HPCTRAIN_TEST_TRANSPORT_UCX
+constexpr bool kVendorAlgorithm = false;  // no MPI_Allreduce under the UCX transport
+std::unique_ptr<Transport> make_test_transport(const Tuning& t) { return make_ucx_transport(MPI_COMM_WORLD, t); }
+#else
+constexpr bool kVendorAlgorithm = true;
+std::unique_ptr<Transport> make_test_transport(const Tuning&) { return make_mpi_transport(MPI_COMM_WORLD); }
+#endif
+
+/// The largest count of the matrix (1 Mi + 3 by default; HPCTRAIN_TEST_MAX_COUNT trims it for
+/// slow transports, e.g. UCX over tcp on an oversubscribed CI machine).
+std::size_t max_count() {
+  const char* v = std::getenv("HPCTRAIN_TEST_MAX_COUNT");
+  return v && *v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : (std::size_t{1} << 20) + 3;
+}
 
 int world_size() {
   int p = 0;
@@ -38,7 +60,8 @@ Communicator make_comm(std::size_t binomial_max, std::size_t segment_bytes) {
   t.tree_binomial_max_bytes = binomial_max;
   t.ring_segment_bytes = segment_bytes;
   t.tree_segment_bytes = segment_bytes;
-  return Communicator(make_mpi_transport(MPI_COMM_WORLD), t);
+  t.ucx_reg_min_bytes = Tuning::from_environment().ucx_reg_min_bytes;
+  return Communicator(make_test_transport(t), t);
 }
 
 /// MPI_Allreduce called directly (not through hpctrain), for the types MPI has.
@@ -80,7 +103,7 @@ TEST_P(MpiAllreduce, MatchesMpiAllreduceAndReference) {
   const Variant v = GetParam();
   Communicator comm = make_comm(v.binomial_max_bytes, v.segment_bytes);
   const int p = comm.size();
-  const std::size_t sizes[] = {0, 1, 7, static_cast<std::size_t>(p - 1), 1000, (std::size_t{1} << 20) + 3};
+  const std::size_t sizes[] = {0, 1, 7, static_cast<std::size_t>(p - 1), 1000, max_count()};
   std::uint64_t seed = 11;
   for (std::size_t count : sizes) {
     for (DataType type : all_types()) {
@@ -108,13 +131,17 @@ TEST_P(MpiAllreduce, MatchesMpiAllreduceAndReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MpiAllreduce,
-                         ::testing::Values(Variant{"ring", Algorithm::ring, 64 << 10, 1 << 20},
-                                           Variant{"ring_small_segments", Algorithm::ring, 64 << 10, 16 << 10},
-                                           Variant{"tree_binomial", Algorithm::tree, std::size_t{1} << 40, 1 << 20},
-                                           Variant{"tree_double_binary", Algorithm::tree, 0, 16 << 10},
-                                           Variant{"automatic", Algorithm::automatic, 64 << 10, 1 << 20},
-                                           Variant{"mpi", Algorithm::mpi, 64 << 10, 1 << 20}),
+std::vector<Variant> variants() {
+  std::vector<Variant> v{Variant{"ring", Algorithm::ring, 64 << 10, 1 << 20},
+                         Variant{"ring_small_segments", Algorithm::ring, 64 << 10, 16 << 10},
+                         Variant{"tree_binomial", Algorithm::tree, std::size_t{1} << 40, 1 << 20},
+                         Variant{"tree_double_binary", Algorithm::tree, 0, 16 << 10},
+                         Variant{"automatic", Algorithm::automatic, 64 << 10, 1 << 20}};
+  if (kVendorAlgorithm) v.push_back(Variant{"mpi", Algorithm::mpi, 64 << 10, 1 << 20});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MpiAllreduce, ::testing::ValuesIn(variants()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(MpiCollectives, ReduceScatterAllgatherBroadcast) {
@@ -178,6 +205,7 @@ TEST(MpiCollectives, SplitSubCommunicators) {
   EXPECT_EQ(sub.size(), want_size);
   EXPECT_EQ(sub.rank(), r / 2);
   for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::mpi}) {
+    if (a == Algorithm::mpi && !kVendorAlgorithm) continue;
     std::vector<std::int32_t> v(1000, r);
     sub.allreduce(v.data(), v.size(), ReduceOp::sum, a);
     std::int32_t want = 0;
@@ -198,7 +226,8 @@ TEST(MpiCollectives, SoakThousandsOfRandomCollectives) {
   Communicator comm = make_comm(16 << 10, 16 << 10);
   const int p = comm.size();
   std::mt19937_64 rng(2026);  // same sequence on every rank
-  const Algorithm algos[] = {Algorithm::ring, Algorithm::tree, Algorithm::automatic, Algorithm::mpi};
+  const Algorithm algos[] = {Algorithm::ring, Algorithm::tree, Algorithm::automatic,
+                             kVendorAlgorithm ? Algorithm::mpi : Algorithm::ring};
   std::size_t mismatches = 0;
   std::string first;
   const int iterations = 2000;

@@ -12,12 +12,26 @@
 /// | auto: tree below (bytes)| HPCTRAIN_AUTO_TREE_MAX_BYTES       | 64 KiB     |
 /// | binomial below (bytes)  | HPCTRAIN_TREE_BINOMIAL_MAX_BYTES   | 64 KiB     |
 /// | polls before yielding   | HPCTRAIN_SPIN_POLLS                | 64         |
+/// | transport               | HPCTRAIN_TRANSPORT (mpi, ucx)      | mpi        |
+/// | UCX: register from      | HPCTRAIN_UCX_REG_MIN_BYTES         | 0 (off)    |
+/// | UCX: registrations kept | HPCTRAIN_UCX_REG_MAX_ENTRIES       | 256        |
+/// | UCX: close timeout      | HPCTRAIN_UCX_CLOSE_TIMEOUT_S       | 5          |
+/// | UCX: peer failure errors| HPCTRAIN_UCX_PEER_ERRORS (0, 1)    | 0          |
+/// | UCX: idle progress (us) | HPCTRAIN_UCX_IDLE_PROGRESS_US      | 1000       |
 
 #include <cstddef>
+#include <string>
 
 #include "hpctrain/collectives/types.hpp"
 
 namespace hpctrain::coll {
+
+/// Point-to-point layer under a communicator (make_transport, make_default_transport).
+enum class TransportKind { mpi, ucx };
+/// "mpi", "ucx".
+const char* to_string(TransportKind k) noexcept;
+/// Parses "mpi" or "ucx"; throws hpctrain::Error naming `where` otherwise.
+TransportKind parse_transport_kind(const std::string& name, const char* where = "transport");
 
 struct Tuning {
   /// Algorithm used when a call passes Algorithm::automatic. `automatic` here means: choose
@@ -42,6 +56,31 @@ struct Tuning {
   /// with one rank per dedicated core a large value avoids losing the core to other processes
   /// in the middle of a collective (MPI does not yield unless it is oversubscribed).
   std::size_t spin_polls = 64;
+
+  /// Transport make_default_transport() builds.
+  TransportKind transport = TransportKind::mpi;
+  /// UCX: sends/receives of at least this many bytes use a memory handle from a per-transport
+  /// cache of ucp_mem_map registrations keyed by (address, length), so a training loop that
+  /// re-uses its gradient buffers registers each segment once. 0 (default) turns the cache off
+  /// and leaves registration to UCX's own registration cache, which (unlike ours) is told when
+  /// memory is freed: with ours, a buffer freed and re-allocated at the same address would keep
+  /// a stale registration, which on RDMA hardware means stale data. See docs/ucx.md.
+  std::size_t ucx_reg_min_bytes = 0;
+  /// UCX: at most this many cached registrations per transport (beyond: unregistered sends).
+  std::size_t ucx_reg_max_entries = 256;
+  /// UCX: teardown waits this long for endpoints to flush and close, then closes them by force
+  /// (a peer that has already gone must not hang teardown).
+  double ucx_close_timeout_s = 5.0;
+  /// UCX: endpoints in UCP_ERR_HANDLING_MODE_PEER, so a peer that dies fails operations with
+  /// UCX's status at once (instead of our timeout naming the peer). Off by default: UCX 1.13's
+  /// shared-memory transports have no peer failure handler, so with it on, ranks on one node
+  /// need tcp (or an RDMA transport) to reach each other.
+  bool ucx_peer_errors = false;
+  /// UCX: a helper thread progresses the worker this often (microseconds) while the transport
+  /// is otherwise idle, so protocol messages UCX still owes a peer after our requests completed
+  /// (rendezvous acknowledgements) leave even when this rank has gone on to other work. 0
+  /// disables it, which can hang a peer (see ucx_transport.cpp).
+  std::size_t ucx_idle_progress_us = 1000;
 
   /// Defaults overridden by the HPCTRAIN_* environment variables above; a malformed value
   /// throws hpctrain::Error naming the variable.

@@ -1,0 +1,591 @@
+// The UCX transport: UCP tag messages on a worker of its own.
+//
+// Bootstrap: ucp_init (tag feature) -> one worker -> its address exchanged with MPI_Allgatherv
+// over a duplicate of the caller's communicator. Endpoints are created on first use per peer,
+// with peer-failure error handling so that a peer that dies turns pending sends into errors
+// (receives from it fail once its endpoint reports the failure; otherwise the collectives'
+// timeout applies).
+//
+// Tags: the 64-bit UCP tag is (sender rank << 32) | our Tag, matched with a full mask, so a
+// receive matches exactly one sender and one tag. Two transports never share a worker, so two
+// communicators cannot see each other's messages whatever their tags.
+//
+// Requests: ucp_tag_{send,recv}_nbx return a UCX request (or complete at once); it sits in a
+// slot whose address is the completion callback's user data. The callback (run inside
+// ucp_worker_progress, which test() calls) records status and received length; test() then
+// frees the request. Receives never complete immediately (see irecv).
+//
+// Idle progress: a completed request does not mean UCX owes the peer nothing. After a
+// rendezvous receive the protocol's acknowledgement to the sender may still sit in our pending
+// queue (the shared-memory FIFO was full), and it leaves only during ucp_worker_progress. A
+// rank that finished its collective and went on to an MPI call or to computation then hung its
+// peer's send: the 3-rank ring over sm hung in most runs. MPI libraries progress in every MPI
+// call; we have no such hook, so a helper thread progresses the worker whenever the owner is
+// not using it (HPCTRAIN_UCX_IDLE_PROGRESS_US; a mutex serialises the worker, which is
+// UCS_THREAD_MODE_SERIALIZED).
+
+#include "hpctrain/collectives/ucx_transport.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/mpi_transport.hpp"
+
+/// Throws hpctrain::Error naming `what` and UCX's status string unless `call` returns UCS_OK.
+#define HPCTRAIN_CHECK_UCX(call, what)                                                      \
+  do {                                                                                      \
+    const ucs_status_t hpctrain_ucx_status_ = (call);                                       \
+    if (hpctrain_ucx_status_ != UCS_OK)                                                     \
+      throw ::hpctrain::Error(std::string(what) + " failed: " +                             \
+                                  ucs_status_string(hpctrain_ucx_status_) + " (" #call ")", \
+                              __FILE__, __LINE__);                                          \
+  } while (0)
+
+namespace hpctrain::coll {
+
+namespace {
+
+bool mpi_is_up() noexcept {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+// ---- RAII handles ---------------------------------------------------------------------------
+
+/// Owns an MPI communicator; frees it only while MPI is up.
+class CommHandle {
+ public:
+  explicit CommHandle(MPI_Comm comm = MPI_COMM_NULL) noexcept : comm_(comm) {}
+  ~CommHandle() {
+    if (comm_ != MPI_COMM_NULL && mpi_is_up()) MPI_Comm_free(&comm_);
+  }
+  CommHandle(CommHandle&& o) noexcept : comm_(std::exchange(o.comm_, MPI_COMM_NULL)) {}
+  CommHandle& operator=(CommHandle&& o) noexcept {
+    if (this != &o) {
+      CommHandle old(std::move(*this));
+      comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+    }
+    return *this;
+  }
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+  MPI_Comm get() const noexcept { return comm_; }
+
+ private:
+  MPI_Comm comm_;
+};
+
+/// A ucp_context_h (ucp_cleanup).
+class UcpContext {
+ public:
+  UcpContext() = default;
+  explicit UcpContext(std::size_t estimated_endpoints) {
+    ucp_config_t* config = nullptr;
+    HPCTRAIN_CHECK_UCX(ucp_config_read(nullptr, nullptr, &config),
+                       "UCX initialisation (reading UCX_* settings)");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                        UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+    params.features = UCP_FEATURE_TAG;
+    params.mt_workers_shared = 0;
+    params.estimated_num_eps = estimated_endpoints;
+    const ucs_status_t status = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    HPCTRAIN_CHECK_UCX(status, "UCX initialisation (ucp_init with the tag feature; check UCX_TLS)");
+  }
+  ~UcpContext() {
+    if (context_) ucp_cleanup(context_);
+  }
+  UcpContext(UcpContext&& o) noexcept : context_(std::exchange(o.context_, nullptr)) {}
+  UcpContext& operator=(UcpContext&& o) noexcept {
+    if (this != &o) {
+      UcpContext old(std::move(*this));
+      context_ = std::exchange(o.context_, nullptr);
+    }
+    return *this;
+  }
+  UcpContext(const UcpContext&) = delete;
+  UcpContext& operator=(const UcpContext&) = delete;
+  ucp_context_h get() const noexcept { return context_; }
+
+ private:
+  ucp_context_h context_ = nullptr;
+};
+
+/// A ucp_worker_h (ucp_worker_destroy; endpoints still open are released with it).
+class UcpWorker {
+ public:
+  UcpWorker() = default;
+  explicit UcpWorker(ucp_context_h context) {
+    ucp_worker_params_t params{};
+    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    // One thread at a time (the Communicator's progress thread or its caller), never two.
+    params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    HPCTRAIN_CHECK_UCX(ucp_worker_create(context, &params, &worker_), "UCX worker creation");
+  }
+  ~UcpWorker() {
+    if (worker_) ucp_worker_destroy(worker_);
+  }
+  UcpWorker(UcpWorker&& o) noexcept : worker_(std::exchange(o.worker_, nullptr)) {}
+  UcpWorker& operator=(UcpWorker&& o) noexcept {
+    if (this != &o) {
+      UcpWorker old(std::move(*this));
+      worker_ = std::exchange(o.worker_, nullptr);
+    }
+    return *this;
+  }
+  UcpWorker(const UcpWorker&) = delete;
+  UcpWorker& operator=(const UcpWorker&) = delete;
+  ucp_worker_h get() const noexcept { return worker_; }
+
+ private:
+  ucp_worker_h worker_ = nullptr;
+};
+
+/// The packed address of a worker (ucp_worker_release_address).
+class UcpWorkerAddress {
+ public:
+  explicit UcpWorkerAddress(ucp_worker_h worker) : worker_(worker) {
+    HPCTRAIN_CHECK_UCX(ucp_worker_get_address(worker, &address_, &length_), "UCX worker address query");
+  }
+  ~UcpWorkerAddress() {
+    if (address_) ucp_worker_release_address(worker_, address_);
+  }
+  UcpWorkerAddress(UcpWorkerAddress&& o) noexcept
+      : worker_(o.worker_), address_(std::exchange(o.address_, nullptr)), length_(o.length_) {}
+  UcpWorkerAddress& operator=(UcpWorkerAddress&&) = delete;
+  UcpWorkerAddress(const UcpWorkerAddress&) = delete;
+  UcpWorkerAddress& operator=(const UcpWorkerAddress&) = delete;
+  const void* data() const noexcept { return address_; }
+  std::size_t size() const noexcept { return length_; }
+
+ private:
+  ucp_worker_h worker_;
+  ucp_address_t* address_ = nullptr;
+  std::size_t length_ = 0;
+};
+
+/// A registration of existing memory (ucp_mem_map / ucp_mem_unmap).
+class UcpMemHandle {
+ public:
+  UcpMemHandle() = default;
+  /// Registers [address, address+length); on failure the handle stays empty (callers then send
+  /// without a handle and UCX registers on its own).
+  UcpMemHandle(ucp_context_h context, void* address, std::size_t length) : context_(context) {
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = address;
+    params.length = length;
+    if (ucp_mem_map(context, &params, &memh_) != UCS_OK) memh_ = nullptr;
+  }
+  ~UcpMemHandle() {
+    if (memh_) ucp_mem_unmap(context_, memh_);
+  }
+  UcpMemHandle(UcpMemHandle&& o) noexcept : context_(o.context_), memh_(std::exchange(o.memh_, nullptr)) {}
+  UcpMemHandle& operator=(UcpMemHandle&& o) noexcept {
+    if (this != &o) {
+      UcpMemHandle old(std::move(*this));
+      context_ = o.context_;
+      memh_ = std::exchange(o.memh_, nullptr);
+    }
+    return *this;
+  }
+  UcpMemHandle(const UcpMemHandle&) = delete;
+  UcpMemHandle& operator=(const UcpMemHandle&) = delete;
+  ucp_mem_h get() const noexcept { return memh_; }
+
+ private:
+  ucp_context_h context_ = nullptr;
+  ucp_mem_h memh_ = nullptr;
+};
+
+/// Progresses `worker` until `req` (a UCX request or nullptr/error) completes or `deadline`
+/// passes; frees the request. True when it completed in time.
+bool progress_until_done(ucp_worker_h worker, ucs_status_ptr_t req,
+                         std::chrono::steady_clock::time_point deadline) noexcept {
+  if (req == nullptr || UCS_PTR_IS_ERR(req)) return true;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+    if (ucp_worker_progress(worker) == 0 && std::chrono::steady_clock::now() > deadline) {
+      ucp_request_free(req);  // releases our handle; the worker's destruction ends the operation
+      return false;
+    }
+  }
+  ucp_request_free(req);
+  return true;
+}
+
+/// An endpoint to one peer. Closed by the owner (UcpEndpoint::close) so that all endpoints of a
+/// worker close in parallel under one deadline; the destructor closes by force as a last resort.
+class UcpEndpoint {
+ public:
+  UcpEndpoint() = default;
+  UcpEndpoint(ucp_worker_h worker, ucp_ep_h ep) noexcept : worker_(worker), ep_(ep) {}
+  ~UcpEndpoint() { close(true, std::chrono::steady_clock::now() + std::chrono::seconds(1)); }
+  UcpEndpoint(UcpEndpoint&& o) noexcept : worker_(o.worker_), ep_(std::exchange(o.ep_, nullptr)) {}
+  UcpEndpoint& operator=(UcpEndpoint&& o) noexcept {
+    if (this != &o) {
+      UcpEndpoint old(std::move(*this));
+      worker_ = o.worker_;
+      ep_ = std::exchange(o.ep_, nullptr);
+    }
+    return *this;
+  }
+  UcpEndpoint(const UcpEndpoint&) = delete;
+  UcpEndpoint& operator=(const UcpEndpoint&) = delete;
+  ucp_ep_h get() const noexcept { return ep_; }
+  explicit operator bool() const noexcept { return ep_ != nullptr; }
+
+  /// Starts closing: flush (pending sends delivered) or, with `force`, at once. Returns the
+  /// close request to progress (nullptr when already done).
+  ucs_status_ptr_t start_close(bool force) noexcept {
+    if (!ep_) return nullptr;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t req = ucp_ep_close_nbx(std::exchange(ep_, nullptr), &param);
+    return req;
+  }
+  void close(bool force, std::chrono::steady_clock::time_point deadline) noexcept {
+    if (ep_) progress_until_done(worker_, start_close(force), deadline);
+  }
+
+ private:
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+};
+
+constexpr std::uint64_t kFullTagMask = ~std::uint64_t{0};
+
+std::uint64_t ucp_tag_of(int sender, Tag tag) noexcept {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(sender)) << 32) | tag;
+}
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(MPI_Comm parent, const Tuning& tuning) : tuning_(tuning), comm_(duplicate(parent)) {
+    HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm_.get(), &rank_));
+    HPCTRAIN_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
+    HPCTRAIN_CHECK_MPI(MPI_Comm_set_errhandler(comm_.get(), MPI_ERRORS_RETURN));
+    // Every rank must learn whether the others initialised: a rank that throws alone would
+    // leave the rest in the address exchange.
+    std::string failure;
+    try {
+      context_ = UcpContext(static_cast<std::size_t>(size_));
+      worker_ = UcpWorker(context_.get());
+    } catch (const Error& e) {
+      failure = e.reason();
+    }
+    int ok = failure.empty() ? 1 : 0, all_ok = 0;
+    HPCTRAIN_CHECK_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_.get()));
+    HPCTRAIN_REQUIRE(failure.empty(), failure);
+    HPCTRAIN_REQUIRE(all_ok, "UCX transport: another rank failed to initialise UCX (see its message)");
+    exchange_addresses();
+    peers_.resize(static_cast<std::size_t>(size_));
+    if (tuning_.ucx_idle_progress_us > 0) idle_thread_ = std::thread([this] { idle_progress(); });
+  }
+
+  ~UcxTransport() override {
+    if (idle_thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(stop_mutex_);
+        stopping_ = true;
+      }
+      stop_cv_.notify_all();
+      idle_thread_.join();
+    }
+    ucp_worker_h worker = worker_.get();
+    if (!worker) return;
+    // Requests left behind by an aborted collective: receives are cancelled, sends released
+    // (their endpoints are closed by force below if they cannot flush).
+    for (Slot& s : slots_) {
+      if (!s.request) continue;
+      if (s.is_recv) ucp_request_cancel(worker, s.request);
+      ucp_request_free(s.request);
+      s.request = nullptr;
+    }
+    // Close every endpoint at once (flush; force for a peer known to be gone), then progress
+    // them together under one deadline. A close still pending then is released and the worker's
+    // destruction tears the endpoint down.
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(tuning_.ucx_close_timeout_s));
+    std::vector<ucs_status_ptr_t> closing;
+    for (Peer& p : peers_) closing.push_back(p.endpoint.start_close(p.failed != UCS_OK));
+    for (ucs_status_ptr_t req : closing) progress_until_done(worker, req, deadline);
+    // Members go in reverse order: registrations, worker, context, communicator.
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  std::string name() const override { return "ucx"; }
+
+  Request isend(const void* buf, std::size_t bytes, int peer, Tag tag) override {
+    check_peer(peer, "isend");
+    std::lock_guard<std::mutex> lock(worker_mutex_);
+    Peer& p = endpoint(peer);
+    const std::int32_t slot = acquire_slot(bytes, false);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &UcxTransport::on_send_complete;
+    param.user_data = &slots_[static_cast<std::size_t>(slot)];
+    set_memh(param, const_cast<void*>(buf), bytes);
+    ucs_status_ptr_t req = ucp_tag_send_nbx(p.endpoint.get(), buf, bytes, ucp_tag_of(rank_, tag), &param);
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) {
+      release_slot(slot);
+      if (req == nullptr) return Request{-1, peer, true};  // completed at once
+      fail("tag send of " + std::to_string(bytes) + " bytes to", peer, UCS_PTR_STATUS(req));
+    }
+    slots_[static_cast<std::size_t>(slot)].request = req;
+    return Request{slot, peer, true};
+  }
+
+  Request irecv(void* buf, std::size_t bytes, int peer, Tag tag) override {
+    check_peer(peer, "irecv");
+    std::lock_guard<std::mutex> lock(worker_mutex_);
+    const std::int32_t slot = acquire_slot(bytes, true);
+    ucp_request_param_t param{};
+    // No immediate completion: UCX 1.13 left recv_info.tag_info at length 0 for a receive that
+    // completed at once from an unexpected message, so its length could not be checked. With
+    // NO_IMM_CMPL every receive returns a request and reports its length in the callback.
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = &UcxTransport::on_recv_complete;
+    param.user_data = &slots_[static_cast<std::size_t>(slot)];
+    set_memh(param, buf, bytes);
+    ucs_status_ptr_t req =
+        ucp_tag_recv_nbx(worker_.get(), buf, bytes, ucp_tag_of(peer, tag), kFullTagMask, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      release_slot(slot);
+      fail("tag receive of " + std::to_string(bytes) + " bytes from", peer, UCS_PTR_STATUS(req));
+    }
+    HPCTRAIN_REQUIRE(req != nullptr, "UCX tag receive completed at once despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL");
+    slots_[static_cast<std::size_t>(slot)].request = req;
+    return Request{slot, peer, false};
+  }
+
+  bool test(Request& r) override {
+    if (r.done()) return true;
+    std::lock_guard<std::mutex> lock(worker_mutex_);
+    Slot& s = slots_[static_cast<std::size_t>(r.slot)];
+    if (!s.completed) ucp_worker_progress(worker_.get());
+    if (!s.completed) {
+      // A receive is not tied to an endpoint, so UCX does not fail it when the sender dies;
+      // the sender's endpoint (if we have one) tells us.
+      const ucs_status_t peer_status = peers_[static_cast<std::size_t>(r.peer)].failed;
+      if (s.is_recv && peer_status != UCS_OK) fail("tag receive from", r.peer, peer_status);
+      return false;
+    }
+    const std::size_t expected = s.bytes, received = s.received;
+    const bool is_recv = s.is_recv;
+    const ucs_status_t status = s.status;
+    ucp_request_free(s.request);
+    release_slot(r.slot);
+    r.slot = -1;
+    if (status != UCS_OK) {
+      fail(is_recv ? "tag receive of " + std::to_string(expected) + " bytes from"
+                   : "tag send of " + std::to_string(expected) + " bytes to",
+           r.peer, status);
+    }
+    if (is_recv) check_length(received, expected, r.peer);
+    return true;
+  }
+
+  std::unique_ptr<Transport> split(int color, int key) override {
+    HPCTRAIN_REQUIRE(color >= 0, "split: color must be non-negative, got " + std::to_string(color));
+    MPI_Comm sub = MPI_COMM_NULL;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_split(comm_.get(), color, key, &sub));
+    CommHandle owner(sub);  // the new transport makes its own duplicate
+    return std::make_unique<UcxTransport>(sub, tuning_);
+  }
+
+ private:
+  struct Peer {
+    UcpEndpoint endpoint;
+    ucs_status_t failed = UCS_OK;  // set by the endpoint's error handler
+  };
+  struct Slot {
+    void* request = nullptr;
+    std::size_t bytes = 0;
+    bool is_recv = false;
+    bool completed = false;  // set by the completion callback
+    ucs_status_t status = UCS_OK;
+    std::size_t received = 0;
+  };
+
+  static void on_send_complete(void*, ucs_status_t status, void* user_data) noexcept {
+    auto* s = static_cast<Slot*>(user_data);
+    s->status = status;
+    s->completed = true;
+  }
+  static void on_recv_complete(void*, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                               void* user_data) noexcept {
+    auto* s = static_cast<Slot*>(user_data);
+    s->status = status;
+    s->received = info ? info->length : 0;
+    s->completed = true;
+  }
+
+  /// The helper thread: every ucx_idle_progress_us, progress the worker if nobody else is.
+  void idle_progress() noexcept {
+    const auto interval = std::chrono::microseconds(tuning_.ucx_idle_progress_us);
+    std::unique_lock<std::mutex> stop_lock(stop_mutex_);
+    while (!stop_cv_.wait_for(stop_lock, interval, [this] { return stopping_; })) {
+      std::unique_lock<std::mutex> lock(worker_mutex_, std::try_to_lock);
+      if (!lock.owns_lock()) continue;  // the owner is progressing it
+      while (ucp_worker_progress(worker_.get()) != 0) {
+      }
+    }
+  }
+
+  static MPI_Comm duplicate(MPI_Comm parent) {
+    HPCTRAIN_REQUIRE(mpi_is_up(), "UcxTransport: MPI is not initialised (or already finalised)");
+    MPI_Comm dup = MPI_COMM_NULL;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_dup(parent, &dup));
+    return dup;
+  }
+
+  void exchange_addresses() {
+    const UcpWorkerAddress mine(worker_.get());
+    HPCTRAIN_REQUIRE(mine.size() <= static_cast<std::size_t>(INT32_MAX), "UCX worker address too large");
+    const int my_length = static_cast<int>(mine.size());
+    std::vector<int> lengths(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_));
+    HPCTRAIN_CHECK_MPI(MPI_Allgather(&my_length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_.get()));
+    long long total = 0;
+    for (int q = 0; q < size_; ++q) {
+      offsets[static_cast<std::size_t>(q)] = static_cast<int>(total);
+      total += lengths[static_cast<std::size_t>(q)];
+    }
+    HPCTRAIN_REQUIRE(total <= INT32_MAX, "UCX worker addresses exceed 2 GiB in total");
+    addresses_.resize(static_cast<std::size_t>(total));
+    HPCTRAIN_CHECK_MPI(MPI_Allgatherv(mine.data(), my_length, MPI_BYTE, addresses_.data(), lengths.data(),
+                                      offsets.data(), MPI_BYTE, comm_.get()));
+    address_offsets_.assign(offsets.begin(), offsets.end());
+  }
+
+  static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) noexcept {
+    auto* p = static_cast<Peer*>(arg);
+    if (p->failed == UCS_OK) p->failed = status == UCS_OK ? UCS_ERR_CONNECTION_RESET : status;
+  }
+
+  /// The peer's endpoint, created on first use.
+  Peer& endpoint(int peer) {
+    Peer& p = peers_[static_cast<std::size_t>(peer)];
+    if (p.failed != UCS_OK) fail("send to", peer, p.failed);
+    if (p.endpoint) return p;
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(addresses_.data() +
+                                                             address_offsets_[static_cast<std::size_t>(peer)]);
+    // Peer mode: a peer that dies fails our operations to it instead of hanging them. Only on
+    // request: UCX 1.13's shared-memory transports have no peer failure handler, so in peer
+    // mode a peer on the same node is unreachable over sm.
+    params.err_mode = tuning_.ucx_peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    params.err_handler.cb = &UcxTransport::on_endpoint_error;
+    params.err_handler.arg = &p;
+    ucp_ep_h ep = nullptr;
+    const ucs_status_t status = ucp_ep_create(worker_.get(), &params, &ep);
+    if (status != UCS_OK) {
+      fail(std::string("endpoint creation (no UCX transport reaches it? UCX_TLS=") +
+               (std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "<unset>") +
+               (peer == rank_ ? "; a rank sending to itself needs 'self'" : "") + ") to",
+           peer, status);
+    }
+    p.endpoint = UcpEndpoint(worker_.get(), ep);
+    return p;
+  }
+
+  /// Attaches a cached registration of [buf, buf+bytes) when the cache is on and the message is
+  /// large enough.
+  void set_memh(ucp_request_param_t& param, void* buf, std::size_t bytes) {
+    if (tuning_.ucx_reg_min_bytes == 0 || bytes < tuning_.ucx_reg_min_bytes) return;
+    const auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(buf), bytes);
+    auto it = registrations_.find(key);
+    if (it == registrations_.end()) {
+      if (registrations_.size() >= tuning_.ucx_reg_max_entries) return;
+      it = registrations_.emplace(key, UcpMemHandle(context_.get(), buf, bytes)).first;
+    }
+    if (it->second.get() == nullptr) return;  // registration failed once: UCX registers itself
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = it->second.get();
+  }
+
+  std::int32_t acquire_slot(std::size_t bytes, bool is_recv) {
+    std::int32_t s;
+    if (!free_.empty()) {
+      s = free_.back();
+      free_.pop_back();
+    } else {
+      slots_.emplace_back();  // a deque: the addresses of existing slots (callback data) stay put
+      s = static_cast<std::int32_t>(slots_.size() - 1);
+    }
+    slots_[static_cast<std::size_t>(s)] = Slot{nullptr, bytes, is_recv, false, UCS_OK, 0};
+    return s;
+  }
+  void release_slot(std::int32_t s) {
+    slots_[static_cast<std::size_t>(s)].request = nullptr;
+    free_.push_back(s);
+  }
+
+  void check_peer(int peer, const char* what) const {
+    HPCTRAIN_REQUIRE(peer >= 0 && peer < size_, std::string(what) + ": peer " + std::to_string(peer) +
+                                                     " outside [0, " + std::to_string(size_) + ")");
+  }
+  void check_length(std::size_t got, std::size_t expected, int peer) const {
+    HPCTRAIN_REQUIRE(got == expected, "UCX tag receive from rank " + std::to_string(peer) + ": expected " +
+                                          std::to_string(expected) + " bytes, got " + std::to_string(got));
+  }
+  [[noreturn]] void fail(const std::string& what, int peer, ucs_status_t status) const {
+    HPCTRAIN_FAIL("UCX " + what + " rank " + std::to_string(peer) + " failed: " + ucs_status_string(status) +
+                  (status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+                           status == UCS_ERR_UNREACHABLE
+                       ? " (has that rank died?)"
+                       : ""));
+  }
+
+  Tuning tuning_;
+  CommHandle comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  // Before the worker: completion callbacks of released requests may still run while the
+  // worker is destroyed, and they write into these slots.
+  std::deque<Slot> slots_;
+  std::vector<std::int32_t> free_;
+  UcpContext context_;
+  UcpWorker worker_;
+  std::map<std::pair<std::uintptr_t, std::size_t>, UcpMemHandle> registrations_;
+  std::vector<unsigned char> addresses_;
+  std::vector<std::size_t> address_offsets_;
+  std::vector<Peer> peers_;  // sized once: the error handlers hold pointers into it
+  std::mutex worker_mutex_;   // the owner's calls vs the idle-progress thread
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread idle_thread_;   // last: started after everything above exists
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_ucx_transport(MPI_Comm comm, const Tuning& tuning) {
+  return std::make_unique<UcxTransport>(comm, tuning);
+}
+
+std::unique_ptr<Transport> make_ucx_transport(MPI_Comm comm) {
+  return make_ucx_transport(comm, Tuning::from_environment());
+}
+
+}  // namespace hpctrain::coll
