@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hpctrain/collectives/error.hpp"
+#include "mpi_comm_handle.hpp"
 #include "reduce.hpp"
 
 namespace hpctrain {
@@ -22,27 +23,8 @@ namespace hpctrain::coll {
 
 namespace {
 
-bool mpi_is_up() noexcept {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
-
-/// Owns a duplicated communicator; frees it only while MPI is up (destructor never throws).
-class CommHandle {
- public:
-  explicit CommHandle(MPI_Comm comm) : comm_(comm) {}
-  ~CommHandle() {
-    if (comm_ != MPI_COMM_NULL && mpi_is_up()) MPI_Comm_free(&comm_);
-  }
-  CommHandle(const CommHandle&) = delete;
-  CommHandle& operator=(const CommHandle&) = delete;
-  MPI_Comm get() const noexcept { return comm_; }
-
- private:
-  MPI_Comm comm_;
-};
+using detail::CommHandle;
+using detail::mpi_is_up;
 
 // ---- MPI datatypes and ops for the vendor all-reduce ---------------------------------------
 

@@ -43,6 +43,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
+#include "mpi_comm_handle.hpp"
 
 /// Throws hpctrain::Error naming `what` and UCX's status string unless `call` returns UCS_OK.
 #define HPCTRAIN_CHECK_UCX(call, what)                                                      \
@@ -58,37 +59,8 @@ namespace hpctrain::coll {
 
 namespace {
 
-bool mpi_is_up() noexcept {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
-
-// ---- RAII handles ---------------------------------------------------------------------------
-
-/// Owns an MPI communicator; frees it only while MPI is up.
-class CommHandle {
- public:
-  explicit CommHandle(MPI_Comm comm = MPI_COMM_NULL) noexcept : comm_(comm) {}
-  ~CommHandle() {
-    if (comm_ != MPI_COMM_NULL && mpi_is_up()) MPI_Comm_free(&comm_);
-  }
-  CommHandle(CommHandle&& o) noexcept : comm_(std::exchange(o.comm_, MPI_COMM_NULL)) {}
-  CommHandle& operator=(CommHandle&& o) noexcept {
-    if (this != &o) {
-      CommHandle old(std::move(*this));
-      comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
-    }
-    return *this;
-  }
-  CommHandle(const CommHandle&) = delete;
-  CommHandle& operator=(const CommHandle&) = delete;
-  MPI_Comm get() const noexcept { return comm_; }
-
- private:
-  MPI_Comm comm_;
-};
+using detail::CommHandle;
+using detail::mpi_is_up;
 
 /// A ucp_context_h (ucp_cleanup).
 class UcpContext {
