@@ -25,47 +25,23 @@
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/io/checkpoint.hpp"
-#include "hpctrain/io/idx_import.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "training_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace hpctrain;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using hpctrain::testing::world_rank;
 
-/// A 1024-sample Fashion-MNIST subset imported once per job by rank 0 into a fresh directory.
+/// A 1024-sample Fashion-MNIST subset imported once per job by rank 0.
 const std::string& data_dir() {
-  static const std::string dir = [] {
-    char buf[256] = {};
-    if (world_rank() == 0) {
-      char tmpl[] = "/tmp/hpctrain-resume-test-XXXXXX";
-      std::snprintf(buf, sizeof buf, "%s", mkdtemp(tmpl));
-      auto options = io::IdxImportOptions::fashion_mnist();
-      options.limit = 1024;
-      const auto tr = io::fashion_mnist_idx_files("train");
-      io::import_idx(tr.images, tr.labels, std::string(buf) + "/train.h5", options);
-    }
-    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-    return std::string(buf);
-  }();
+  static const std::string dir = hpctrain::testing::import_fashion_subsets("hpctrain-resume-test", 1024, 0);
   return dir;
 }
 
-class KokkosEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { Kokkos::initialize(); }
-  void TearDown() override {
-    Kokkos::finalize();
-    if (world_rank() == 0) fs::remove_all(data_dir());
-  }
-};
-const auto* kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+const auto* kokkos_env = ::testing::AddGlobalTestEnvironment(new hpctrain::testing::KokkosDataEnvironment(&data_dir));
 
 struct Config {
   const char* name;

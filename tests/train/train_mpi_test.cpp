@@ -15,53 +15,25 @@
 
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
-#include "hpctrain/io/idx_import.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "training_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace hpctrain;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using hpctrain::testing::world_rank;
 
-/// Subsets of Fashion-MNIST imported once per job by rank 0 into a fresh directory.
-struct Data {
-  std::string dir, train, test;
-};
-const Data& data() {
-  static Data d = [] {
-    Data x;
-    char tmpl[] = "/tmp/hpctrain-train-test-XXXXXX";
-    if (world_rank() == 0) {
-      x.dir = mkdtemp(tmpl);
-      auto options = io::IdxImportOptions::fashion_mnist();
-      options.limit = 4096;
-      const auto tr = io::fashion_mnist_idx_files("train");
-      io::import_idx(tr.images, tr.labels, x.dir + "/train.h5", options);
-      options.limit = 2000;
-      const auto te = io::fashion_mnist_idx_files("test");
-      io::import_idx(te.images, te.labels, x.dir + "/test.h5", options);
-    }
-    char buf[256] = {};
-    std::snprintf(buf, sizeof buf, "%s", x.dir.c_str());
-    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-    x.dir = buf;
-    x.train = x.dir + "/train.h5";
-    x.test = x.dir + "/test.h5";
-    return x;
-  }();
-  return d;
+const std::string& data_dir() {
+  static const std::string dir = hpctrain::testing::import_fashion_subsets("hpctrain-train-test", 4096, 2000);
+  return dir;
 }
 
 train::TrainOptions base_options() {
   train::TrainOptions o;
-  o.data = data().train;
-  o.eval_data = data().test;
+  o.data = data_dir() + "/train.h5";
+  o.eval_data = data_dir() + "/test.h5";
   o.global_batch = 64;
   o.lr = 0.05;
   o.momentum = 0.9;
@@ -71,15 +43,7 @@ train::TrainOptions base_options() {
   return o;
 }
 
-class KokkosEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { Kokkos::initialize(); }
-  void TearDown() override {
-    Kokkos::finalize();
-    if (world_rank() == 0 && !data().dir.empty()) fs::remove_all(data().dir);
-  }
-};
-const auto* kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+const auto* kokkos_env = ::testing::AddGlobalTestEnvironment(new hpctrain::testing::KokkosDataEnvironment(&data_dir));
 
 TEST(Training, MlpLearnsFashionMnistSubset) {
   coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
@@ -145,7 +109,7 @@ TEST(Training, GradientAllreduceOverlapsBackward) {
   o.eval_data.clear();
   o.parallel.first_bucket_bytes = 64 << 10;
   o.parallel.bucket_bytes = 256 << 10;
-  const std::string trace = data().dir + "/timeline.json";
+  const std::string trace = data_dir() + "/timeline.json";
   o.timeline_path = trace;
   const auto r = train::run_training(o, comm);
   EXPECT_TRUE(r.overlap_observed);
