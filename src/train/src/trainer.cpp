@@ -80,7 +80,10 @@ struct DeviceBatch {
 
 EvalResult evaluate(models::Sequential<float>& model, const io::DatasetReader& reader, coll::Communicator& comm) {
   const std::int64_t n = reader.info().count;
-  io::EpochPlan plan(n, 1000, comm.rank(), comm.size(), 0, /*drop_last=*/false, /*shuffle=*/false);
+  // 256 per evaluation batch: the CNN's im2col workspace grows with the batch; at 1000 its
+  // second conv alone needs 1000 x 14 x 14 x 800 floats = 627 MB, twice (columns and their
+  // gradient buffer).
+  io::EpochPlan plan(n, 256, comm.rank(), comm.size(), 0, /*drop_last=*/false, /*shuffle=*/false);
   double sums[3] = {0, 0, 0};  // loss sum, correct, samples
   DeviceBatch device;
   core::Tensor<float> dlogits;
