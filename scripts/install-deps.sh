@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake pkg-config git ca-certificates procps
+  build-essential cmake pkg-config git ca-certificates procps xz-utils
   # MPI, UCX, parallel HDF5
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils
   libhdf5-openmpi-dev hdf5-tools
