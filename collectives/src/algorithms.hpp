@@ -34,6 +34,11 @@ std::vector<std::size_t> balanced_offsets(std::size_t count, int parts);
 void ring_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count, DataType type,
                     ReduceOp op);
 void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op);
+/// In place on `buf`; any rank count (non-powers of two as in Thakur, Rabenseifner & Gropp 2005).
+void recursive_doubling_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type,
+                                  ReduceOp op);
+void rabenseifner_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type,
+                            ReduceOp op);
 
 // Ring phases, also used on their own by reduce_scatter and allgather. Block b of `buf` is
 // elements [offsets[b], offsets[b+1]).

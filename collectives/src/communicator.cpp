@@ -224,6 +224,17 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
       if (send != recv && bytes) std::memcpy(recv, send, bytes);
       detail::tree_allreduce(ctx, recv, count, type, combine);
       break;
+    case Algorithm::recursive_doubling:
+      if (send != recv && bytes) std::memcpy(recv, send, bytes);
+      detail::recursive_doubling_allreduce(ctx, recv, count, type, combine);
+      break;
+    case Algorithm::rabenseifner:
+      if (send != recv && bytes) std::memcpy(recv, send, bytes);
+      detail::rabenseifner_allreduce(ctx, recv, count, type, combine);
+      break;
+    case Algorithm::shm:
+    case Algorithm::hierarchical:
+      HPCTRAIN_FAIL("allreduce: algorithm '" + std::string(to_string(algo)) + "' is not built yet");
     case Algorithm::automatic:
     case Algorithm::mpi: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
   }

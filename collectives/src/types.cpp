@@ -91,6 +91,10 @@ std::string_view to_string(Algorithm a) noexcept {
     case Algorithm::ring: return "ring";
     case Algorithm::tree: return "tree";
     case Algorithm::mpi: return "mpi";
+    case Algorithm::recursive_doubling: return "recursive_doubling";
+    case Algorithm::rabenseifner: return "rabenseifner";
+    case Algorithm::shm: return "shm";
+    case Algorithm::hierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -100,8 +104,13 @@ Algorithm parse_algorithm(std::string_view name, std::string_view where) {
   if (name == "ring") return Algorithm::ring;
   if (name == "tree") return Algorithm::tree;
   if (name == "mpi") return Algorithm::mpi;
+  if (name == "recursive_doubling") return Algorithm::recursive_doubling;
+  if (name == "rabenseifner") return Algorithm::rabenseifner;
+  if (name == "shm") return Algorithm::shm;
+  if (name == "hierarchical") return Algorithm::hierarchical;
   HPCTRAIN_FAIL(std::string(where) + ": unknown all-reduce algorithm '" + std::string(name) +
-                "' (expected one of: auto, ring, tree, mpi)");
+                "' (expected one of: auto, ring, tree, mpi, recursive_doubling, rabenseifner, shm, "
+                "hierarchical)");
 }
 
 }  // namespace hpctrain::coll

@@ -44,15 +44,21 @@ inline bf16 to_bf16(float f) noexcept {
 enum class DataType { f32, f64, f16, bf16, i32, i64 };
 enum class ReduceOp { sum, prod, min, max, avg };
 
-/// All-reduce algorithms. `automatic` chooses by message size and rank count; `mpi` passes
-/// through to MPI_Allreduce (only on an MPI transport).
-enum class Algorithm { automatic, ring, tree, mpi };
+/// All-reduce algorithms. `automatic` chooses by message size and rank count (the cost model
+/// in tuning.hpp); `mpi` passes through to MPI_Allreduce (only on an MPI transport).
+/// - ring: pipelined ring reduce-scatter + all-gather (bandwidth-optimal)
+/// - tree: binomial (small) or pipelined double binary tree (large)
+/// - recursive_doubling: lg p exchanges of the whole vector (latency-optimal, small messages)
+/// - rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather
+/// - shm: single-copy over node-local shared memory (all ranks on one node)
+/// - hierarchical: intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather
+enum class Algorithm { automatic, ring, tree, mpi, recursive_doubling, rabenseifner, shm, hierarchical };
 
 std::size_t size_of(DataType t) noexcept;
 std::string_view to_string(DataType t) noexcept;
 std::string_view to_string(ReduceOp op) noexcept;
 std::string_view to_string(Algorithm a) noexcept;
-/// Parses "ring", "tree", "mpi", "auto"/"automatic"; throws hpctrain::Error naming `where`.
+/// Parses the names to_string gives (and "automatic"); throws hpctrain::Error naming `where`.
 Algorithm parse_algorithm(std::string_view name, std::string_view where = "algorithm");
 
 /// The DataType of a C++ element type.
