@@ -208,7 +208,7 @@ WaitPolicy Communicator::policy(const char* op, Algorithm algo) const {
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                  ReduceOp op, Algorithm algo, std::uint64_t seq) {
   const std::size_t bytes = count * size_of(type);
-  if (algo == Algorithm::automatic) algo = tuning_.choose_allreduce(bytes, size());
+  if (algo == Algorithm::automatic) algo = tuning_.choose_allreduce(bytes, size(), size());  // TODO(issue 3): node topology
   if (algo == Algorithm::mpi) {
     HPCTRAIN_REQUIRE(transport_->vendor_allreduce(send, recv, count, type, op),
                      "allreduce: algorithm 'mpi' (MPI_Allreduce) needs the MPI transport; this "

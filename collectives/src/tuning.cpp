@@ -79,6 +79,7 @@ Tuning Tuning::from_environment() {
       env_bytes("HPCTRAIN_TREE_BINOMIAL_MAX_BYTES", t.tree_binomial_max_bytes, 0);
   t.auto_tree_max_bytes = env_bytes("HPCTRAIN_AUTO_TREE_MAX_BYTES", t.auto_tree_max_bytes, 0);
   t.spin_polls = env_bytes("HPCTRAIN_SPIN_POLLS", t.spin_polls, 0);
+  t.ranks_per_node = static_cast<int>(env_bytes("HPCTRAIN_RANKS_PER_NODE", 0, 0));
   if (const char* v = env("HPCTRAIN_TRANSPORT")) t.transport = parse_transport_kind(v, "HPCTRAIN_TRANSPORT");
   t.ucx_reg_min_bytes = env_bytes("HPCTRAIN_UCX_REG_MIN_BYTES", t.ucx_reg_min_bytes, 0);
   t.ucx_reg_max_entries = env_bytes("HPCTRAIN_UCX_REG_MAX_ENTRIES", t.ucx_reg_max_entries, 0);
@@ -88,11 +89,12 @@ Tuning Tuning::from_environment() {
   return t;
 }
 
-Algorithm Tuning::choose_allreduce(std::size_t bytes, int ranks) const noexcept {
+Algorithm Tuning::choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
   if (allreduce_algorithm != Algorithm::automatic) return allreduce_algorithm;
   // Latency-bound messages: the tree's lg p steps beat the ring's 2(p-1).
   // Bandwidth-bound: the ring moves the minimum 2(p-1)/p n bytes per rank.
   (void)ranks;
+  (void)ranks_per_node;
   return bytes <= auto_tree_max_bytes ? Algorithm::tree : Algorithm::ring;
 }
 

@@ -12,6 +12,7 @@
 /// | auto: tree below (bytes)| HPCTRAIN_AUTO_TREE_MAX_BYTES       | 64 KiB     |
 /// | binomial below (bytes)  | HPCTRAIN_TREE_BINOMIAL_MAX_BYTES   | 64 KiB     |
 /// | polls before yielding   | HPCTRAIN_SPIN_POLLS                | 64         |
+/// | ranks per (virtual) node| HPCTRAIN_RANKS_PER_NODE            | 0 (detect) |
 /// | transport               | HPCTRAIN_TRANSPORT (mpi, ucx)      | mpi        |
 /// | UCX: register from      | HPCTRAIN_UCX_REG_MIN_BYTES         | 0 (off)    |
 /// | UCX: registrations kept | HPCTRAIN_UCX_REG_MAX_ENTRIES       | 256        |
@@ -56,6 +57,10 @@ struct Tuning {
   /// with one rank per dedicated core a large value avoids losing the core to other processes
   /// in the middle of a collective (MPI does not yield unless it is oversubscribed).
   std::size_t spin_polls = 64;
+  /// Ranks per node for the hierarchical and shared-memory algorithms. 0: detect the real
+  /// nodes (MPI_COMM_TYPE_SHARED). k > 0: consecutive blocks of k ranks form virtual nodes, so
+  /// the multi-node paths can be exercised and benchmarked on one machine.
+  int ranks_per_node = 0;
 
   /// Transport make_default_transport() builds.
   TransportKind transport = TransportKind::mpi;
@@ -86,8 +91,9 @@ struct Tuning {
   /// throws hpctrain::Error naming the variable.
   static Tuning from_environment();
 
-  /// The algorithm `automatic` resolves to for a message of `bytes` over `ranks` ranks.
-  Algorithm choose_allreduce(std::size_t bytes, int ranks) const noexcept;
+  /// The algorithm `automatic` resolves to for a message of `bytes` over `ranks` ranks, of
+  /// which `ranks_per_node` share each node (ranks_per_node == ranks: one node).
+  Algorithm choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
 };
 
 }  // namespace hpctrain::coll
