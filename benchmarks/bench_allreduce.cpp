@@ -57,8 +57,8 @@ struct Options {
   std::size_t step = 2;
   long long iters = 0;   // 0: by size (iterations_for)
   long long warmup = -1; // -1: by iteration count
-  std::vector<Algorithm> algorithms{Algorithm::ring, Algorithm::tree, Algorithm::automatic,
-                                    Algorithm::mpi};
+  std::vector<Algorithm> algorithms{Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling,
+                                    Algorithm::rabenseifner, Algorithm::automatic, Algorithm::mpi};
   std::vector<TransportKind> transports{hpctrain::coll::Tuning::from_environment().transport};
 };
 

@@ -37,8 +37,31 @@ void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType typ
 /// In place on `buf`; any rank count (non-powers of two as in Thakur, Rabenseifner & Gropp 2005).
 void recursive_doubling_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type,
                                   ReduceOp op);
-void rabenseifner_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type,
-                            ReduceOp op);
+/// Reads `send`, writes `recv` (send == recv is in place), as the ring: the input is never
+/// copied into the output first. Any rank count, as recursive_doubling_allreduce.
+void rabenseifner_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count,
+                            DataType type, ReduceOp op);
+
+/// Runs a power-of-two schedule on any rank count p (Thakur, Rabenseifner & Gropp 2005): with
+/// p' = 2^floor(lg p) and r = p - p', the first 2r ranks pair up as (2i, 2i+1); the even one
+/// hands its vector to the odd one and sits out until the result comes back. The p' ranks that
+/// take part are renumbered 0..p'-1 in rank order (odd ranks below 2r, then every rank from 2r).
+struct PowerOfTwoFold {
+  int pof2 = 1;      ///< p'
+  int extra = 0;     ///< r = p - p'
+  int newrank = -1;  ///< this rank's number among the p' (-1: it sits out)
+
+  PowerOfTwoFold(int rank, int p) {
+    while (pof2 * 2 <= p) pof2 *= 2;
+    extra = p - pof2;
+    if (rank < 2 * extra) newrank = rank % 2 == 1 ? rank / 2 : -1;
+    else newrank = rank - extra;
+  }
+  /// True for ranks below 2r: each has a partner (rank ^ 1) in the fold.
+  bool folded(int rank) const noexcept { return rank < 2 * extra; }
+  /// The rank of number `n` among the p'.
+  int rank_of(int n) const noexcept { return n < extra ? 2 * n + 1 : n + extra; }
+};
 
 // Ring phases, also used on their own by reduce_scatter and allgather. Block b of `buf` is
 // elements [offsets[b], offsets[b+1]).

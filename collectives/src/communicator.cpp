@@ -228,10 +228,7 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
       if (send != recv && bytes) std::memcpy(recv, send, bytes);
       detail::recursive_doubling_allreduce(ctx, recv, count, type, combine);
       break;
-    case Algorithm::rabenseifner:
-      if (send != recv && bytes) std::memcpy(recv, send, bytes);
-      detail::rabenseifner_allreduce(ctx, recv, count, type, combine);
-      break;
+    case Algorithm::rabenseifner: detail::rabenseifner_allreduce(ctx, send, recv, count, type, combine); break;
     case Algorithm::shm:
     case Algorithm::hierarchical:
       HPCTRAIN_FAIL("allreduce: algorithm '" + std::string(to_string(algo)) + "' is not built yet");

@@ -75,6 +75,8 @@ Tuning Tuning::from_environment() {
   t.ring_segment_bytes = env_bytes("HPCTRAIN_RING_SEGMENT_BYTES", t.ring_segment_bytes, 4096);
   t.ring_window = env_bytes("HPCTRAIN_RING_WINDOW", t.ring_window, 1);
   t.tree_segment_bytes = env_bytes("HPCTRAIN_TREE_SEGMENT_BYTES", t.tree_segment_bytes, 4096);
+  t.rabenseifner_segment_bytes =
+      env_bytes("HPCTRAIN_RABENSEIFNER_SEGMENT_BYTES", t.rabenseifner_segment_bytes, 4096);
   t.tree_binomial_max_bytes =
       env_bytes("HPCTRAIN_TREE_BINOMIAL_MAX_BYTES", t.tree_binomial_max_bytes, 0);
   t.auto_tree_max_bytes = env_bytes("HPCTRAIN_AUTO_TREE_MAX_BYTES", t.auto_tree_max_bytes, 0);

@@ -63,6 +63,11 @@ const Variant kVariants[] = {
     {"tree_binomial", Algorithm::tree, std::size_t{1} << 40, 1 << 20},
     {"tree_double_binary", Algorithm::tree, 0, 4096},
     {"automatic", Algorithm::automatic, 64 << 10, 1 << 20},
+    {"recursive_doubling", Algorithm::recursive_doubling, 64 << 10, 1 << 20},
+    {"rabenseifner", Algorithm::rabenseifner, 64 << 10, 1 << 20},
+    // 64-byte segments (below the 4 KiB the environment allows): a 1000-element exchange is
+    // dozens of segments, so the receive window wraps many times and the last segment is short.
+    {"rabenseifner_small_segments", Algorithm::rabenseifner, 64 << 10, 64},
 };
 
 Tuning variant_tuning(const Variant& v) {
@@ -70,6 +75,7 @@ Tuning variant_tuning(const Variant& v) {
   t.tree_binomial_max_bytes = v.binomial_max_bytes;
   t.ring_segment_bytes = v.segment_bytes;
   t.tree_segment_bytes = v.segment_bytes;
+  t.rabenseifner_segment_bytes = v.segment_bytes;
   return t;
 }
 
@@ -141,7 +147,8 @@ TEST_P(LoopbackLarge, OneMebiPlusThreeElements) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllVariants, LoopbackLarge,
-    ::testing::Combine(::testing::Values(kVariants[0], kVariants[3]), ::testing::Values(2, 3, 5, 16)),
+    ::testing::Combine(::testing::Values(kVariants[0], kVariants[3], kVariants[5], kVariants[6]),
+                       ::testing::Values(2, 3, 5, 16)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
     });

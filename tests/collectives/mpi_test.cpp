@@ -60,6 +60,7 @@ Communicator make_comm(std::size_t binomial_max, std::size_t segment_bytes) {
   t.tree_binomial_max_bytes = binomial_max;
   t.ring_segment_bytes = segment_bytes;
   t.tree_segment_bytes = segment_bytes;
+  t.rabenseifner_segment_bytes = segment_bytes;
   t.ucx_reg_min_bytes = Tuning::from_environment().ucx_reg_min_bytes;
   return Communicator(make_test_transport(t), t);
 }
@@ -136,7 +137,10 @@ std::vector<Variant> variants() {
                          Variant{"ring_small_segments", Algorithm::ring, 64 << 10, 16 << 10},
                          Variant{"tree_binomial", Algorithm::tree, std::size_t{1} << 40, 1 << 20},
                          Variant{"tree_double_binary", Algorithm::tree, 0, 16 << 10},
-                         Variant{"automatic", Algorithm::automatic, 64 << 10, 1 << 20}};
+                         Variant{"automatic", Algorithm::automatic, 64 << 10, 1 << 20},
+                         Variant{"recursive_doubling", Algorithm::recursive_doubling, 64 << 10, 1 << 20},
+                         Variant{"rabenseifner", Algorithm::rabenseifner, 64 << 10, 1 << 20},
+                         Variant{"rabenseifner_small_segments", Algorithm::rabenseifner, 64 << 10, 16 << 10}};
   if (kVendorAlgorithm) v.push_back(Variant{"mpi", Algorithm::mpi, 64 << 10, 1 << 20});
   return v;
 }
@@ -204,7 +208,8 @@ TEST(MpiCollectives, SplitSubCommunicators) {
   for (int q = 0; q < p; ++q) want_size += (q % 2 == r % 2);
   EXPECT_EQ(sub.size(), want_size);
   EXPECT_EQ(sub.rank(), r / 2);
-  for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::mpi}) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
+                      Algorithm::mpi}) {
     if (a == Algorithm::mpi && !kVendorAlgorithm) continue;
     std::vector<std::int32_t> v(1000, r);
     sub.allreduce(v.data(), v.size(), ReduceOp::sum, a);
@@ -227,7 +232,9 @@ TEST(MpiCollectives, SoakThousandsOfRandomCollectives) {
   const int p = comm.size();
   std::mt19937_64 rng(2026);  // same sequence on every rank
   const Algorithm algos[] = {Algorithm::ring, Algorithm::tree, Algorithm::automatic,
-                             kVendorAlgorithm ? Algorithm::mpi : Algorithm::ring};
+                             kVendorAlgorithm ? Algorithm::mpi : Algorithm::ring,
+                             Algorithm::recursive_doubling, Algorithm::rabenseifner};
+  constexpr std::size_t kAlgos = sizeof(algos) / sizeof(algos[0]);
   std::size_t mismatches = 0;
   std::string first;
   const int iterations = 2000;
@@ -236,7 +243,7 @@ TEST(MpiCollectives, SoakThousandsOfRandomCollectives) {
     const std::size_t count = (x % 4 == 0) ? (x >> 8) % 70000 : (x >> 8) % 300;
     const DataType type = all_types()[(x >> 40) % all_types().size()];
     const ReduceOp op = all_ops()[(x >> 48) % all_ops().size()];
-    const Algorithm algo = algos[(x >> 56) % 4];
+    const Algorithm algo = algos[(x >> 56) % kAlgos];
     std::vector<std::byte> buf(count * size_of(type) + 1);
     testing::fill_input(type, op, x, comm.rank(), buf.data(), count);
     if ((x >> 20) & 1) {

@@ -9,6 +9,7 @@
 /// | ring segment size       | HPCTRAIN_RING_SEGMENT_BYTES        | 1 MiB      |
 /// | ring receive window     | HPCTRAIN_RING_WINDOW               | 4          |
 /// | tree segment size       | HPCTRAIN_TREE_SEGMENT_BYTES        | 256 KiB    |
+/// | Rabenseifner segment    | HPCTRAIN_RABENSEIFNER_SEGMENT_BYTES| 1 MiB      |
 /// | auto: tree below (bytes)| HPCTRAIN_AUTO_TREE_MAX_BYTES       | 64 KiB     |
 /// | binomial below (bytes)  | HPCTRAIN_TREE_BINOMIAL_MAX_BYTES   | 64 KiB     |
 /// | polls before yielding   | HPCTRAIN_SPIN_POLLS                | 64         |
@@ -50,6 +51,10 @@ struct Tuning {
   /// Tree: messages up to this size use the binomial reduce + broadcast (latency-bound);
   /// larger ones the pipelined double binary tree.
   std::size_t tree_binomial_max_bytes = std::size_t{64} << 10;
+  /// Rabenseifner: each recursive-halving exchange (and the fold of a non-power-of-two rank
+  /// count) moves in segments of this size, so the reduction of one segment overlaps the
+  /// transfer of the next and the scratch memory stays a few segments.
+  std::size_t rabenseifner_segment_bytes = std::size_t{1} << 20;
   /// automatic: tree up to this many bytes, ring above.
   std::size_t auto_tree_max_bytes = std::size_t{64} << 10;
   /// Waits poll this many times without progress before they start yielding the core
