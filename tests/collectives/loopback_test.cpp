@@ -147,8 +147,14 @@ TEST_P(LoopbackLarge, OneMebiPlusThreeElements) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllVariants, LoopbackLarge,
-    ::testing::Combine(::testing::Values(kVariants[0], kVariants[3], kVariants[5], kVariants[6]),
-                       ::testing::Values(2, 3, 5, 16)),
+    ::testing::Combine(::testing::Values(kVariants[0], kVariants[3], kVariants[6]), ::testing::Values(2, 3, 5, 16)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
+    });
+// Recursive doubling has no segments; at 16 threads its lg p whole-vector exchanges took 85 s
+// on the loaded 2-core CI machine, so it stops at 5 ranks (folding and 2 exchanges).
+INSTANTIATE_TEST_SUITE_P(
+    RecursiveDoubling, LoopbackLarge, ::testing::Combine(::testing::Values(kVariants[5]), ::testing::Values(2, 3, 5)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
     });
