@@ -20,9 +20,13 @@
 // queue (the shared-memory FIFO was full), and it leaves only during ucp_worker_progress. A
 // rank that finished its collective and went on to an MPI call or to computation then hung its
 // peer's send: the 3-rank ring over sm hung in most runs. MPI libraries progress in every MPI
-// call; we have no such hook, so a helper thread progresses the worker whenever the owner is
-// not using it (HPCTRAIN_UCX_IDLE_PROGRESS_US; a mutex serialises the worker, which is
-// UCS_THREAD_MODE_SERIALIZED).
+// call; we have no such hook, so a helper thread progresses the worker when the owner has left
+// it alone for a whole interval (HPCTRAIN_UCX_IDLE_PROGRESS_US). The worker is
+// UCS_THREAD_MODE_SERIALIZED; WorkerGate keeps the two threads out of it at the same time.
+// It used to be a mutex, which cost the owner a lock/unlock per call and, worse, let the
+// helper take the worker in the middle of a collective (while the owner reduced a segment) and
+// hold it through a whole rendezvous copy while the owner slept on the mutex: see docs/ucx.md
+// for the measurements.
 
 #include "hpctrain/collectives/ucx_transport.hpp"
 
@@ -33,6 +37,9 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
@@ -241,6 +248,65 @@ class UcpEndpoint {
   ucp_ep_h ep_ = nullptr;
 };
 
+/// Keeps the owner (the transport's user: one thread at a time) and the idle-progress helper
+/// out of the worker at the same time, without a mutex on the owner's path.
+///
+/// Dekker-style: each side raises its flag (sequentially consistent), then looks at the other's.
+/// The owner never backs off: it waits only while the helper is inside one ucp_worker_progress
+/// call, and the helper re-checks the owner's flag between calls and leaves. The helper backs off
+/// whenever the owner's flag is up, and (the caller's policy) whenever the owner has used the
+/// worker since the helper last looked: an owner that is active progresses the worker itself.
+class WorkerGate {
+ public:
+  void owner_enter() noexcept {
+    owner_.store(true, std::memory_order_seq_cst);
+    for (unsigned spins = 0; helper_.load(std::memory_order_seq_cst); ++spins) {
+      // The helper is inside one progress call (which may be a rendezvous copy): pause, and on
+      // an oversubscribed node give it the core.
+      if (spins < 128) pause();
+      else std::this_thread::yield();
+    }
+  }
+  void owner_leave() noexcept {
+    uses_.store(uses_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    owner_.store(false, std::memory_order_release);
+  }
+  /// Helper: true when it now holds the worker (call helper_leave); false when the owner is in.
+  bool helper_try_enter() noexcept {
+    helper_.store(true, std::memory_order_seq_cst);
+    if (!owner_.load(std::memory_order_seq_cst)) return true;
+    helper_.store(false, std::memory_order_release);
+    return false;
+  }
+  void helper_leave() noexcept { helper_.store(false, std::memory_order_release); }
+  /// The owner wants the worker (the helper should leave after its current call).
+  bool owner_waiting() const noexcept { return owner_.load(std::memory_order_relaxed); }
+  /// Counts the owner's calls (a hint: changes while the owner is active).
+  std::uint64_t uses() const noexcept { return uses_.load(std::memory_order_relaxed); }
+
+ private:
+  static void pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+  }
+  std::atomic<bool> owner_{false};
+  std::atomic<bool> helper_{false};
+  std::atomic<std::uint64_t> uses_{0};
+};
+
+/// The owner's hold on the worker for one transport call.
+class OwnerScope {
+ public:
+  explicit OwnerScope(WorkerGate& gate) noexcept : gate_(gate) { gate_.owner_enter(); }
+  ~OwnerScope() { gate_.owner_leave(); }
+  OwnerScope(const OwnerScope&) = delete;
+  OwnerScope& operator=(const OwnerScope&) = delete;
+
+ private:
+  WorkerGate& gate_;
+};
+
 constexpr std::uint64_t kFullTagMask = ~std::uint64_t{0};
 
 std::uint64_t ucp_tag_of(int sender, Tag tag) noexcept {
@@ -308,7 +374,7 @@ class UcxTransport final : public Transport {
 
   Request isend(const void* buf, std::size_t bytes, int peer, Tag tag) override {
     check_peer(peer, "isend");
-    std::lock_guard<std::mutex> lock(worker_mutex_);
+    const OwnerScope owner(gate_);
     Peer& p = endpoint(peer);
     const std::int32_t slot = acquire_slot(bytes, false);
     ucp_request_param_t param{};
@@ -328,12 +394,13 @@ class UcxTransport final : public Transport {
 
   Request irecv(void* buf, std::size_t bytes, int peer, Tag tag) override {
     check_peer(peer, "irecv");
-    std::lock_guard<std::mutex> lock(worker_mutex_);
+    const OwnerScope owner(gate_);
     const std::int32_t slot = acquire_slot(bytes, true);
     ucp_request_param_t param{};
-    // No immediate completion: UCX 1.13 left recv_info.tag_info at length 0 for a receive that
-    // completed at once from an unexpected message, so its length could not be checked. With
-    // NO_IMM_CMPL every receive returns a request and reports its length in the callback.
+    // No immediate completion: UCX 1.13.1 reports length 0 for a receive that completes at once
+    // from an already-arrived (unexpected) message, even through UCP_OP_ATTR_FIELD_RECV_INFO
+    // (re-checked: tests ArrivedMessage* fail with it), so its length could not be checked.
+    // With NO_IMM_CMPL every receive returns a request and reports its length in the callback.
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = &UcxTransport::on_recv_complete;
     param.user_data = &slots_[static_cast<std::size_t>(slot)];
@@ -351,7 +418,7 @@ class UcxTransport final : public Transport {
 
   bool test(Request& r) override {
     if (r.done()) return true;
-    std::lock_guard<std::mutex> lock(worker_mutex_);
+    const OwnerScope owner(gate_);
     Slot& s = slots_[static_cast<std::size_t>(r.slot)];
     if (!s.completed) ucp_worker_progress(worker_.get());
     if (!s.completed) {
@@ -411,15 +478,23 @@ class UcxTransport final : public Transport {
     s->completed = true;
   }
 
-  /// The helper thread: every ucx_idle_progress_us, progress the worker if nobody else is.
+  /// The helper thread: every ucx_idle_progress_us, progress the worker if the owner has not
+  /// touched it since the last look. An owner in the middle of a collective calls test()
+  /// constantly, so the helper stays out of its way (and off its core) until it has stopped.
   void idle_progress() noexcept {
     const auto interval = std::chrono::microseconds(tuning_.ucx_idle_progress_us);
+    std::uint64_t seen = gate_.uses();
     std::unique_lock<std::mutex> stop_lock(stop_mutex_);
     while (!stop_cv_.wait_for(stop_lock, interval, [this] { return stopping_; })) {
-      std::unique_lock<std::mutex> lock(worker_mutex_, std::try_to_lock);
-      if (!lock.owns_lock()) continue;  // the owner is progressing it
-      while (ucp_worker_progress(worker_.get()) != 0) {
+      const std::uint64_t uses = gate_.uses();
+      if (uses != seen) {
+        seen = uses;
+        continue;
       }
+      if (!gate_.helper_try_enter()) continue;
+      while (ucp_worker_progress(worker_.get()) != 0 && !gate_.owner_waiting()) {
+      }
+      gate_.helper_leave();
     }
   }
 
@@ -543,7 +618,7 @@ class UcxTransport final : public Transport {
   std::vector<unsigned char> addresses_;
   std::vector<std::size_t> address_offsets_;
   std::vector<Peer> peers_;  // sized once: the error handlers hold pointers into it
-  std::mutex worker_mutex_;   // the owner's calls vs the idle-progress thread
+  WorkerGate gate_;           // the owner's calls vs the idle-progress thread
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

@@ -102,6 +102,40 @@ TEST(UcxTransport, SendToSelf) {
   EXPECT_EQ(in, out);
 }
 
+// A message that has already arrived when its receive is posted (a small send to oneself is
+// delivered inside the send). UCX 1.13.1 would complete such a receive at once and report its
+// length as 0, so the transport must not let it (UCP_OP_ATTR_FLAG_NO_IMM_CMPL): the length
+// and the data must both be right.
+TEST(UcxTransport, ArrivedMessageIsReceivedWithItsData) {
+  auto t = make_ucx_transport(MPI_COMM_WORLD, test_tuning());
+  std::vector<int> out{3, 1, 4, 1, 5, 9, 2, 6}, in(8, -1);
+  WaitPolicy policy;
+  policy.timeout = std::chrono::seconds(30);
+  Request send = t->isend(out.data(), out.size() * sizeof(int), t->rank(), 11);
+  wait_all(*t, &send, 1, policy);
+  Request recv = t->irecv(in.data(), in.size() * sizeof(int), t->rank(), 11);
+  wait_all(*t, &recv, 1, policy);
+  EXPECT_EQ(in, out);
+}
+
+// The same with a message shorter than the posted receive: an error naming both lengths (with
+// immediate completion UCX 1.13.1 reported "got 0").
+TEST(UcxTransport, ArrivedShorterMessageIsAnError) {
+  auto t = make_ucx_transport(MPI_COMM_WORLD, test_tuning());
+  std::vector<char> small(10, 'x'), big(20);
+  WaitPolicy policy;
+  policy.timeout = std::chrono::seconds(30);
+  Request send = t->isend(small.data(), small.size(), t->rank(), 12);
+  wait_all(*t, &send, 1, policy);
+  try {
+    Request recv = t->irecv(big.data(), big.size(), t->rank(), 12);
+    wait_all(*t, &recv, 1, policy);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 20 bytes, got 10"), std::string::npos) << e.what();
+  }
+}
+
 // A receive whose message is shorter than posted is an error naming the peer, not a silent
 // partial buffer.
 TEST(UcxTransport, LengthMismatchIsAnError) {

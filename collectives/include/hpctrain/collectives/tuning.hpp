@@ -86,10 +86,12 @@ struct Tuning {
   /// shared-memory transports have no peer failure handler, so with it on, ranks on one node
   /// need tcp (or an RDMA transport) to reach each other.
   bool ucx_peer_errors = false;
-  /// UCX: a helper thread progresses the worker this often (microseconds) while the transport
-  /// is otherwise idle, so protocol messages UCX still owes a peer after our requests completed
-  /// (rendezvous acknowledgements) leave even when this rank has gone on to other work. 0
-  /// disables it, which can hang a peer (see ucx_transport.cpp).
+  /// UCX: a helper thread looks at the worker this often (microseconds) and progresses it when
+  /// the owner has not used it since the last look, so protocol messages UCX still owes a peer
+  /// after our requests completed (rendezvous acknowledgements) leave within two intervals even
+  /// when this rank has gone on to other work. While a collective runs the helper stays out (the
+  /// owner progresses the worker itself). 0 disables it, which can hang a peer (see
+  /// ucx_transport.cpp and docs/ucx.md).
   std::size_t ucx_idle_progress_us = 1000;
 
   /// Defaults overridden by the HPCTRAIN_* environment variables above; a malformed value
