@@ -28,8 +28,13 @@ def fail(msg, proc=None):
     sys.exit(1)
 
 
+# The checks assume the defaults: the caller's collectives settings must not leak in.
+ENV = {k: v for k, v in os.environ.items()
+       if k not in ("HPCTRAIN_TUNING_FILE", "HPCTRAIN_AUTO_ALGOS", "HPCTRAIN_ALLREDUCE_ALGO", "HPCTRAIN_RANKS_PER_NODE")}
+
+
 def run(cmd, expect_ok=True):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
     if expect_ok and proc.returncode != 0:
         fail(f"exit {proc.returncode}: {' '.join(cmd)}", proc)
     if not expect_ok and proc.returncode == 0:

@@ -140,6 +140,11 @@ TEST(CostModel, PredictionsFollowTheFormulas) {
 }
 
 TEST(CostModel, ExplicitAlgorithmAndRestrictionsWin) {
+  // Only what this test sets counts (not the caller's environment).
+  for (const char* v : {"HPCTRAIN_ALLREDUCE_ALGO", "HPCTRAIN_AUTO_ALGOS", "HPCTRAIN_RING_SEGMENT_BYTES",
+                        "HPCTRAIN_AUTO_TREE_MAX_BYTES"}) {
+    ::unsetenv(v);
+  }
   const std::string path = write_file("env.json", R"({"schema_version": 1,
       "model": {"alpha_intra_s": 1e-5, "shm_sync_s": 1e-3},
       "knobs": {"ring_segment_bytes": 8192, "auto_algorithms": ["ring", "tree", "recursive_doubling"]}})");
@@ -209,6 +214,7 @@ TEST(TuningFile, MalformedFilesNameFileAndKey) {
   expect_error(write_file("overhead.json", R"({"schema_version": 1, "model": {"overhead_s": {"rign": 0}}})"),
                "model.overhead_s.rign");
   // Through the environment variable, too.
+  ::unsetenv("HPCTRAIN_AUTO_TREE_MAX_BYTES");
   EnvGuard file("HPCTRAIN_TUNING_FILE", write_file("env-bad.json", R"({"schema_version": 1, "extra": 1})"));
   try {
     (void)Tuning::from_environment();
