@@ -107,6 +107,10 @@ Tuning Tuning::from_environment() {
 namespace {
 
 constexpr int kSchemaVersion = 1;
+// Tuning::kAllModelled and CostModel::overhead_s are laid out by these enum values.
+static_assert(static_cast<int>(Algorithm::automatic) == 0 && static_cast<int>(Algorithm::mpi) == 3 &&
+                  static_cast<std::size_t>(Algorithm::hierarchical) + 1 == kAlgorithmCount,
+              "update Tuning::kAllModelled and kAlgorithmCount with the Algorithm enum");
 constexpr Algorithm kModelled[] = {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling,
                                    Algorithm::rabenseifner, Algorithm::shm, Algorithm::hierarchical};
 constexpr std::uint32_t bit(Algorithm a) { return 1u << static_cast<unsigned>(a); }
