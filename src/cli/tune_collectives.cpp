@@ -319,7 +319,8 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
   t.model.beta_inter_s_per_byte = inter.beta_s_per_byte;
   t.model.gamma_s_per_byte = gamma;
   t.model.shm_beta_s_per_byte = shm_beta;
-  t.model.shm_sync_s = node_size > 1 ? shm_sync : 0.0;
+  // One rank per node has nothing to synchronise: keep the base value rather than write a 0.
+  t.model.shm_sync_s = node_size > 1 ? shm_sync : base.model.shm_sync_s;
 
   if (rank == 0) {
     nlohmann::json m;
@@ -359,7 +360,9 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
     std::printf("  beta_inter   %10.3f GB/s\n", 1e-9 / inter.beta_s_per_byte);
     std::printf("  gamma        %10.3f GB/s reduced per rank (float32 sum, all ranks at once)\n", 1e-9 / gamma);
     std::printf("  shm copy     %10.3f GB/s per rank (memcpy, all ranks at once)\n", 1e-9 / shm_beta);
-    std::printf("  shm sync     %10.3f us (barrier of %d node ranks)\n", t.model.shm_sync_s * 1e6, node_size);
+    std::printf("  shm sync     %10.3f us (%s)\n", t.model.shm_sync_s * 1e6,
+                node_size > 1 ? ("barrier of " + std::to_string(node_size) + " node ranks").c_str()
+                              : "one rank per node: not measured, kept from the input/defaults");
     std::printf("  wrote %s (use HPCTRAIN_TUNING_FILE=%s)\n", a.output.c_str(), a.output.c_str());
     if (a.predict_ranks_per_node > 0) print_prediction(t, a.predict_ranks_per_node, a.predict_nodes_max, sizes);
     std::fflush(stdout);
