@@ -1,13 +1,16 @@
 // bench_allreduce: hpctrain's all-reduce algorithms next to MPI_Allreduce, nccl-tests style.
 //
 //   mpirun -n P build/bin/bench_allreduce [--min_bytes=8] [--max_bytes=256M] [--step=2]
-//          [--iters=N] [--warmup=N] [--algorithms=ring,tree,auto,mpi] [--transports=mpi,ucx]
+//          [--iters=N] [--warmup=N] [--algorithms=ring,tree,...,auto,mpi] [--transports=mpi,ucx]
 //          [Google Benchmark flags]
 //
 // One benchmark per (algorithm, transport, size), named `allreduce/<column>/<bytes>` (Google
-// Benchmark appends `/iterations:N/manual_time`), float32 sum, out of place. The column is the
-// algorithm's name over the MPI transport ("ring") and `<algorithm>@<transport>` over another
-// ("ring@ucx"); `mpi` (MPI_Allreduce) always runs on MPI, whatever --transports says.
+// Benchmark appends `/iterations:N/manual_time`), float32 sum, out of place. The default
+// --algorithms is every algorithm: ring, tree, recursive_doubling, rabenseifner, shm,
+// hierarchical, auto (Algorithm::automatic, the cost model's pick) and mpi (MPI_Allreduce).
+// The column is the algorithm's name over the MPI transport ("ring") and
+// `<algorithm>@<transport>` over another ("ring@ucx"); `mpi` (MPI_Allreduce) always runs on MPI,
+// whatever --transports says.
 // --transports defaults to HPCTRAIN_TRANSPORT (mpi when unset), so
 // `HPCTRAIN_TRANSPORT=ucx mpirun -n 2 bench_allreduce` puts ring@ucx next to MPI_Allreduce. Every rank runs the same
 // fixed number of iterations; each iteration is barrier (untimed) -> MPI_Wtime -> allreduce ->
@@ -15,16 +18,20 @@
 //   algbw = bytes / time (GB/s, 1e9; time = the median iteration), busbw = algbw * 2(p-1)/p,
 //   wrong = mismatching elements of the last iteration summed over ranks (inputs are small
 //   integers, so sums are exact).
-// The bound: at startup every rank copies 64 MiB with memcpy at the same time (best of 5); the
-// slowest rank's copy bandwidth is `bound_GBps`, the node's memory-copy bandwidth per rank with
-// all ranks copying. Within a node every all-reduce byte crosses memory at least once per rank,
-// so busbw cannot exceed it (shared memory; a network sets a lower bound between nodes).
-// Every benchmark reports `bound_GBps` and `vs_bound` = busbw / bound_GBps.
+// The bound (docs/benchmarks.md): at startup, in the same run, every rank copies 64 MiB with
+// memcpy at the same time (best of 5); the slowest rank's rate is `copy_GBps` (B, bytes copied
+// per second per rank with all ranks copying). An all-reduce on one node must at least read
+// every rank's input and write every rank's output once: p·n bytes read and p·n written, the
+// traffic of p copies of n bytes, so it takes at least n / B and busbw <= B·2(p-1)/p =
+// `bound_GBps`. Every benchmark reports copy_GBps, bound_GBps and `busbw_over_bound` =
+// busbw / bound_GBps (<= 1 for vectors well beyond the caches; over several nodes the network,
+// not this bound, limits).
 // Rank 0 prints an nccl-tests-like table at the end (stdout with the console format, stderr
 // when --benchmark_format is json/csv so stdout stays machine-readable).
 // Knobs: flags above, or HPCTRAIN_BENCH_{MIN_BYTES,MAX_BYTES,STEP,ITERS,WARMUP,ALGORITHMS,
 // TRANSPORTS};
-// the collectives' own HPCTRAIN_* tuning variables (Tuning::from_environment) apply as usual.
+// the collectives' own HPCTRAIN_* tuning variables (Tuning::from_environment, including
+// HPCTRAIN_TUNING_FILE) apply as usual.
 
 #include <algorithm>
 #include <cmath>
@@ -57,8 +64,17 @@ struct Options {
   std::size_t step = 2;
   long long iters = 0;   // 0: by size (iterations_for)
   long long warmup = -1; // -1: by iteration count
-  std::vector<Algorithm> algorithms{Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling,
-                                    Algorithm::rabenseifner, Algorithm::automatic, Algorithm::mpi};
+  // Every algorithm, then the cost model's pick and the vendor's.
+  std::vector<Algorithm> algorithms{
+      Algorithm::ring,
+      Algorithm::tree,
+      Algorithm::recursive_doubling,
+      Algorithm::rabenseifner,
+      Algorithm::shm,
+      Algorithm::hierarchical,
+      Algorithm::automatic,
+      Algorithm::mpi,
+  };
   std::vector<TransportKind> transports{hpctrain::coll::Tuning::from_environment().transport};
 };
 
@@ -142,18 +158,19 @@ long long count_wrong(const std::vector<float>& recv, int ranks) {
 // ---- results kept for rank 0's table -----------------------------------------------------
 
 struct Result {
-  double time_us = 0, algbw = 0, busbw = 0;
+  double time_us = 0, algbw = 0, busbw = 0, over_bound = 0;
   long long wrong = 0;
   bool skipped = false;
 };
 std::map<std::size_t, std::map<std::string, Result>> g_results;  // bytes -> column -> best
 std::vector<std::string> g_columns;  // in registration order
 long long g_total_wrong = 0;
-double g_bound_gbps = 0;  // measured at startup (measure_copy_bound)
+double g_copy_gbps = 0;   // measured at startup (measure_copy_bandwidth): B per rank
+double g_bound_gbps = 0;  // busbw bound: B * 2(p-1)/p
 
 /// memcpy bandwidth (GB/s, 1e9, bytes copied / time) of each rank copying 64 MiB at the same
 /// time, best of 5; the slowest rank's value. Collective over `comm`.
-double measure_copy_bound(MPI_Comm comm) {
+double measure_copy_bandwidth(MPI_Comm comm) {
   constexpr std::size_t kBytes = std::size_t{64} << 20;
   std::vector<char> src(kBytes, 1), dst(kBytes, 0);  // touched before timing
   double best_s = std::numeric_limits<double>::infinity();
@@ -213,15 +230,17 @@ void bench_allreduce(benchmark::State& state, Communicator* comm, Algorithm algo
   state.counters["bytes"] = benchmark::Counter(static_cast<double>(bytes));
   state.counters["ranks"] = benchmark::Counter(p);
   state.counters["wrong"] = benchmark::Counter(static_cast<double>(wrong));
+  const double over_bound = g_bound_gbps > 0 ? busbw / g_bound_gbps : 0.0;  // p = 1: no bound, 0
+  state.counters["copy_GBps"] = benchmark::Counter(g_copy_gbps);
   state.counters["bound_GBps"] = benchmark::Counter(g_bound_gbps);
-  state.counters["vs_bound"] = benchmark::Counter(g_bound_gbps > 0 ? busbw / g_bound_gbps : 0.0);
+  state.counters["busbw_over_bound"] = benchmark::Counter(over_bound);
   state.SetLabel(column);
   if (wrong != 0) {
     state.SkipWithError(("allreduce/" + column + "/" + std::to_string(bytes) + ": " +
                          std::to_string(wrong) + " wrong elements in the last iteration")
                             .c_str());
   }
-  record(bytes, column, Result{time_s * 1e6, algbw, busbw, wrong, wrong != 0});
+  record(bytes, column, Result{time_s * 1e6, algbw, busbw, over_bound, wrong, wrong != 0});
 }
 
 // ---- nccl-tests-style table --------------------------------------------------------------
@@ -250,25 +269,28 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
 
   std::fprintf(out, "#\n# bench_allreduce: %d ranks, float32 sum, out of place; time = median over the "
                     "iterations of the slowest rank's time\n", p);
-  std::fprintf(out, "# tuning: auto = %s (tree <= %s, else ring); ring segment %s, window %zu; "
+  std::fprintf(out, "# tuning: auto = %s (cost model from %s); ring segment %s, window %zu; "
                     "tree segment %s, binomial <= %s; %zu polls before yielding\n",
-               algo_name(tuning.allreduce_algorithm).c_str(), human_bytes(tuning.auto_tree_max_bytes).c_str(),
+               algo_name(tuning.allreduce_algorithm).c_str(),
+               tuning.tuning_file.empty() ? "the built-in defaults" : tuning.tuning_file.c_str(),
                human_bytes(tuning.ring_segment_bytes).c_str(), tuning.ring_window,
                human_bytes(tuning.tree_segment_bytes).c_str(),
                human_bytes(tuning.tree_binomial_max_bytes).c_str(), tuning.spin_polls);
-  std::fprintf(out, "# algbw = size/time, busbw = algbw*2(p-1)/p (GB/s); #wrong = wrong elements "
-                    "(all ranks)\n");
-  std::fprintf(out, "# bound: memcpy %.2f GB/s per rank with all %d ranks copying (64 MiB, best of 5, "
-                    "slowest rank); busbw cannot exceed it within a node\n#\n", g_bound_gbps, p);
+  std::fprintf(out, "# algbw = size/time, busbw = algbw*2(p-1)/p (GB/s); /bound = busbw/bound; #wrong = "
+                    "wrong elements (all ranks)\n");
+  std::fprintf(out, "# bound: memcpy %.2f GB/s per rank with all %d ranks copying (64 MiB, best of 5, slowest "
+                    "rank, this run) -> busbw bound %.2f GB/s (= copy * 2(p-1)/p: every input read and every "
+                    "output written once within a node)\n#\n", g_copy_gbps, p, g_bound_gbps);
   // Header: algorithm names centred over their four columns.
   std::fprintf(out, "#%38s", "");
-  for (const auto& a : algos) std::fprintf(out, "  %-31s", ("---------- " + a + " ----------").c_str());
+  for (const auto& a : algos) std::fprintf(out, "  %-38s", ("---------- " + a + " ----------").c_str());
   if (ring_ratio) std::fprintf(out, "  %9s", "ring/mpi");
   if (tree_ratio) std::fprintf(out, "  %9s", "tree/mpi");
   if (ucx_ring_ratio) std::fprintf(out, "  %11s", "ringucx/ring");
   if (ucx_mpi_ratio) std::fprintf(out, "  %11s", "ringucx/mpi");
   std::fprintf(out, "\n#%10s %11s %6s %6s", "size(B)", "count", "type", "redop");
-  for (std::size_t i = 0; i < algos.size(); ++i) std::fprintf(out, "  %10s %6s %6s %6s", "time(us)", "algbw", "busbw", "#wrong");
+  for (std::size_t i = 0; i < algos.size(); ++i)
+    std::fprintf(out, "  %10s %6s %6s %6s %6s", "time(us)", "algbw", "busbw", "/bound", "#wrong");
   if (ring_ratio) std::fprintf(out, "  %9s", "busbw");
   if (tree_ratio) std::fprintf(out, "  %9s", "time");
   if (ucx_ring_ratio) std::fprintf(out, "  %11s", "busbw");
@@ -279,11 +301,11 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
     for (const auto& a : algos) {
       auto it = row.find(a);
       if (it == row.end()) {
-        std::fprintf(out, "  %10s %6s %6s %6s", "-", "-", "-", "-");
+        std::fprintf(out, "  %10s %6s %6s %6s %6s", "-", "-", "-", "-", "-");
         continue;
       }
       const Result& r = it->second;
-      std::fprintf(out, "  %10.1f %6.2f %6.2f %6lld", r.time_us, r.algbw, r.busbw, r.wrong);
+      std::fprintf(out, "  %10.1f %6.2f %6.2f %6.2f %6lld", r.time_us, r.algbw, r.busbw, r.over_bound, r.wrong);
     }
     auto ratio = [&](const char* num, const char* den, bool busbw, int width = 9) {
       auto n = row.find(num), d = row.find(den);
@@ -295,6 +317,16 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
     if (tree_ratio) ratio("tree", "mpi", false);
     if (ucx_ring_ratio) ratio("ring@ucx", "ring", true, 11);
     if (ucx_mpi_ratio) ratio("ring@ucx", "mpi", true, 11);
+    std::fprintf(out, "\n");
+  }
+  if (has("auto") && tuning.allreduce_algorithm == Algorithm::automatic) {
+    // What the model picks at each size, for ranks_per_node as the tuning gives it (0: one node).
+    const int rpn = tuning.ranks_per_node > 0 ? tuning.ranks_per_node : p;
+    std::fprintf(out, "# auto (cost model, %d ranks, %d per node):", p, rpn);
+    for (const auto& [bytes, row] : g_results) {
+      std::fprintf(out, " %s->%s", human_bytes(bytes).c_str(),
+                   std::string(to_string(tuning.choose_allreduce(bytes, p, rpn))).c_str());
+    }
     std::fprintf(out, "\n");
   }
   std::fprintf(out, "# Out of bounds values : %lld %s\n#\n", g_total_wrong, g_total_wrong ? "FAILED" : "OK");
@@ -316,7 +348,8 @@ int run(int& argc, char**& argv) {
     comms.emplace(TransportKind::mpi, std::make_unique<Communicator>(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD)));
   }
   Communicator& comm = *comms.begin()->second;
-  g_bound_gbps = measure_copy_bound(MPI_COMM_WORLD);
+  g_copy_gbps = measure_copy_bandwidth(MPI_COMM_WORLD);
+  g_bound_gbps = g_copy_gbps * 2.0 * (comm.size() - 1) / comm.size();
 
   // Size-major order: the algorithms of one size run back to back, so a ratio compares runs a
   // few seconds apart, not minutes apart under different neighbours' load.

@@ -49,7 +49,7 @@ def main():
     runs = doc.get("benchmarks", [])
     seen = {}
     for r in runs:
-        m = re.match(r"allreduce/([a-z]+)/(\d+)(/|$)", r.get("run_name", r["name"]))
+        m = re.match(r"allreduce/([a-z_]+)/(\d+)(/|$)", r.get("run_name", r["name"]))
         if not m:
             fail(f"unexpected benchmark name {r['name']!r}")
         algo, size = m.group(1), int(m.group(2))
@@ -65,6 +65,13 @@ def main():
         busbw = r["algbw"] * 2 * (a.ranks - 1) / a.ranks
         if abs(r.get("busbw", -1) - busbw) > 1e-9 * max(1.0, busbw):
             fail(f"{r['name']}: busbw {r.get('busbw')} != algbw*2(p-1)/p = {busbw}")
+        bound = r.get("bound_GBps", -1)
+        copy = r.get("copy_GBps", -1)
+        if not (copy > 0 and abs(bound - copy * 2 * (a.ranks - 1) / a.ranks) <= 1e-9 * max(1.0, bound)):
+            fail(f"{r['name']}: bound_GBps {bound} is not copy_GBps {copy} * 2(p-1)/p")
+        ratio = r["busbw"] / bound if bound > 0 else 0.0
+        if abs(r.get("busbw_over_bound", -1) - ratio) > 1e-9 * max(1.0, ratio):
+            fail(f"{r['name']}: busbw_over_bound {r.get('busbw_over_bound')} != busbw/bound = {ratio}")
         seen[(algo, size)] = r
     for algo in a.algorithms.split(","):
         for size in map(int, a.sizes.split(",")):

@@ -1,5 +1,7 @@
 #include "reduce.hpp"
 
+#include "hpctrain/collectives/reduce.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -134,3 +136,11 @@ void divide_by(void* buf, std::size_t count, DataType type, int ranks) {
 }
 
 }  // namespace hpctrain::coll::detail
+
+namespace hpctrain::coll {
+
+void reduce_into(void* inout, const void* in, std::size_t count, DataType type, ReduceOp op) {
+  detail::reduce_into(inout, in, count, type, detail::combine_op(op));
+}
+
+}  // namespace hpctrain::coll

@@ -1,4 +1,4 @@
-// The `hpctrain` command: train, data import-idx.
+// The `hpctrain` command: train, data import-idx, ckpt inspect/export, tune-collectives.
 //
 // Exit codes: 0 success; 1 error (one line on stderr, every rank ends through MPI_Abort);
 // 2 usage error (bad flag or value, reported by rank 0); 75 preempted: a checkpoint was written
@@ -26,6 +26,7 @@
 #include "hpctrain/io/idx_import.hpp"
 #include "hpctrain/train/preemption.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "tune_collectives.hpp"
 
 namespace fs = std::filesystem;
 using hpctrain::coll::Communicator;
@@ -278,6 +279,13 @@ int main(int argc, char** argv) {
   exporter->add_option("DIR", ckpt_dir, "step-<N> directory")->required();
   exporter->add_option("OUT", export_out, "output .h5 file")->required();
 
+  hpctrain::cli::TuneArgs tune_args;
+  CLI::App* tune = app.add_subcommand(
+      "tune-collectives",
+      "Measure the all-reduce cost model's parameters (alpha, beta, gamma, shared-memory copy) and write a "
+      "tuning file for HPCTRAIN_TUNING_FILE; print predicted times per algorithm up to thousands of nodes");
+  hpctrain::cli::add_tune_options(*tune, tune_args);
+
   // --config FILE: its values go before the command line's arguments.
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
@@ -306,6 +314,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*tune) return hpctrain::cli::run_tune_collectives(tune_args, MPI_COMM_WORLD);
     Communicator comm(hpctrain::coll::make_default_transport(MPI_COMM_WORLD));  // HPCTRAIN_TRANSPORT
     if (*train) return run_train(train_args, comm);
     if (*import) return run_import(import_args, comm);

@@ -10,7 +10,8 @@
 /// | ring receive window     | HPCTRAIN_RING_WINDOW               | 4          |
 /// | tree segment size       | HPCTRAIN_TREE_SEGMENT_BYTES        | 256 KiB    |
 /// | Rabenseifner segment    | HPCTRAIN_RABENSEIFNER_SEGMENT_BYTES| 1 MiB      |
-/// | auto: tree below (bytes)| HPCTRAIN_AUTO_TREE_MAX_BYTES       | 64 KiB     |
+/// | tuning file (JSON)      | HPCTRAIN_TUNING_FILE               | none       |
+/// | auto: candidates        | HPCTRAIN_AUTO_ALGOS (comma list)   | all modelled |
 /// | binomial below (bytes)  | HPCTRAIN_TREE_BINOMIAL_MAX_BYTES   | 64 KiB     |
 /// | polls before yielding   | HPCTRAIN_SPIN_POLLS                | 64         |
 /// | ranks per (virtual) node| HPCTRAIN_RANKS_PER_NODE            | 0 (detect) |
@@ -20,8 +21,49 @@
 /// | UCX: close timeout      | HPCTRAIN_UCX_CLOSE_TIMEOUT_S       | 5          |
 /// | UCX: peer failure errors| HPCTRAIN_UCX_PEER_ERRORS (0, 1)    | 0          |
 /// | UCX: idle progress (us) | HPCTRAIN_UCX_IDLE_PROGRESS_US      | 1000       |
+///
+/// Precedence: the defaults below, then the JSON file named by HPCTRAIN_TUNING_FILE (written by
+/// `hpctrain tune-collectives`, schema in README.md, "Collectives tuning"), then the environment variables.
+///
+/// ## The cost model behind Algorithm::automatic
+///
+/// `automatic` takes the algorithm with the smallest predicted time (CostModel, after Thakur,
+/// Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH",
+/// IJHPCA 19(1), 2005, and NCCL's tuning model `time = latency * steps + bytes / bandwidth`,
+/// src/graph/tuning.cc). For n bytes over p ranks, k ranks per node and N = ceil(p/k) nodes:
+/// α is the time per message, β per byte moved, γ per byte reduced; a flat algorithm over more
+/// than one node is paced by its slowest link, so it uses the inter-node α/β, on one node the
+/// intra-node ones. lg is log2; p' = 2^floor(lg p); "fold" = the non-power-of-two extra steps
+/// (the p - p' extra ranks hand their vector to a partner before and get the result after):
+/// 2(α + nβ) + nγ when p != p', else 0. Every algorithm also pays its constant overhead_s.
+///
+/// - ring (Patarasuk–Yuan; reduce-scatter + all-gather, each chunk n/p cut into m =
+///   ceil(n/(p·ring_segment_bytes)) segments): 2(p-1)·m·α + 2(p-1)/p·nβ + (p-1)/p·nγ.
+/// - tree, n <= tree_binomial_max_bytes (binomial reduce + broadcast, the reduce's last step and
+///   the broadcast's first fused into one exchange): (2⌈lg p⌉ - 1)(α + nβ) + ⌈lg p⌉·nγ.
+///   tree, larger (double binary tree, Sanders–Speck–Träff; each half of the vector pipelined
+///   down its own tree in segments s = min(tree_segment_bytes, n/2), m = ceil(n/2s), S =
+///   ⌈lg p⌉ + m - 1 pipeline steps, each rank interior in one tree and leaf in the other):
+///   S(4α + 4sβ + 2sγ)  (→ 2nβ + nγ for long vectors).
+/// - recursive_doubling: floor(lg p)(α + nβ + nγ) + fold.
+/// - rabenseifner (recursive-halving reduce-scatter + recursive-doubling all-gather):
+///   2 floor(lg p)·α + 2(p'-1)/p'·nβ + (p'-1)/p'·nγ + fold.
+/// - shm (one node only, k >= p; β_shm = 1 / concurrent copy bandwidth, σ = shm_sync_s):
+///   min(large, small) with large = 2σ + 2nβ_shm + (p-1)/p·nγ (copy-in, reduce the own 1/p
+///   slice reading every peer, copy-out) and small = σ + nβ_shm + (p-1)·nγ (copy-in, one
+///   flag, every rank reduces all inputs itself).
+/// - hierarchical (N >= 2 and k > 1): 2σ + 2nβ_shm + (k-1)/k·nγ (shared-memory reduce-scatter
+///   and all-gather on each node) + the best flat algorithm above for n/k bytes over N ranks
+///   with the inter-node α and k·β_inter (the node's k slices cross its link at the same time).
+/// - mpi is not modelled: automatic never picks it (ask for it explicitly).
+///
+/// Ties go to the earlier of ring, tree, recursive_doubling, rabenseifner, shm, hierarchical.
+/// HPCTRAIN_ALLREDUCE_ALGO (or a non-automatic `allreduce_algorithm`) bypasses the model;
+/// HPCTRAIN_AUTO_ALGOS restricts the candidates.
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "hpctrain/collectives/types.hpp"
@@ -35,9 +77,38 @@ const char* to_string(TransportKind k) noexcept;
 /// Parses "mpi" or "ucx"; throws hpctrain::Error naming `where` otherwise.
 TransportKind parse_transport_kind(const std::string& name, const char* where = "transport");
 
+/// Number of Algorithm values (automatic included), for per-algorithm tables.
+inline constexpr std::size_t kAlgorithmCount = 8;
+
+/// Parameters of the all-reduce cost model (see the file comment for the formulas). The
+/// defaults are order-of-magnitude figures for a current CPU node with a 100 Gb/s class
+/// network (1-2 µs MPI latency, about 10 GB/s per rank), used until `hpctrain
+/// tune-collectives` has measured the machine; inter-node equals intra-node until measured.
+struct CostModel {
+  /// Intra-node: seconds per message (the α of a point-to-point message within a node).
+  double alpha_intra_s = 2e-6;
+  /// Intra-node: seconds per byte moved point-to-point (1 / bandwidth).
+  double beta_intra_s_per_byte = 1e-10;
+  /// Inter-node: seconds per message.
+  double alpha_inter_s = 2e-6;
+  /// Inter-node: seconds per byte moved.
+  double beta_inter_s_per_byte = 1e-10;
+  /// Seconds per byte reduced (one reduce_into of float32 sums, all ranks reducing at once).
+  double gamma_s_per_byte = 2e-10;
+  /// Shared memory: seconds per byte copied with every rank of the node copying at once.
+  double shm_beta_s_per_byte = 1.25e-10;
+  /// Shared memory: one synchronisation of the node's ranks (a flag round / node barrier).
+  double shm_sync_s = 1e-6;
+  /// Constant cost per call of each algorithm, indexed by the Algorithm value (0 by default).
+  std::array<double, kAlgorithmCount> overhead_s{};
+};
+
 struct Tuning {
+  /// Bits of auto_algorithms for ring, tree, recursive_doubling, rabenseifner, shm, hierarchical.
+  static constexpr std::uint32_t kAllModelled = 0xFEu & ~(1u << 3);  // all but automatic (0), mpi (3)
+
   /// Algorithm used when a call passes Algorithm::automatic. `automatic` here means: choose
-  /// by size (see auto_tree_max_bytes).
+  /// by the cost model (choose_allreduce).
   Algorithm allreduce_algorithm = Algorithm::automatic;
   /// A collective that has not completed after this many seconds fails with a TimeoutError
   /// naming the peers it waited for. 0 disables the timeout.
@@ -55,8 +126,13 @@ struct Tuning {
   /// count) moves in segments of this size, so the reduction of one segment overlaps the
   /// transfer of the next and the scratch memory stays a few segments.
   std::size_t rabenseifner_segment_bytes = std::size_t{1} << 20;
-  /// automatic: tree up to this many bytes, ring above.
-  std::size_t auto_tree_max_bytes = std::size_t{64} << 10;
+  /// automatic: the cost model's parameters (HPCTRAIN_TUNING_FILE, else the defaults).
+  CostModel model;
+  /// automatic: the algorithms it may pick, one bit per Algorithm value (bit 1 << int(a)).
+  /// Default: every modelled algorithm (all but automatic and mpi).
+  std::uint32_t auto_algorithms = kAllModelled;
+  /// The tuning file the values came from ("" for none), for reports.
+  std::string tuning_file;
   /// Waits poll this many times without progress before they start yielding the core
   /// (sched_yield) between polls. Low suits oversubscribed ranks (the peer needs the core);
   /// with one rank per dedicated core a large value avoids losing the core to other processes
@@ -94,13 +170,37 @@ struct Tuning {
   /// ucx_transport.cpp and docs/ucx.md).
   std::size_t ucx_idle_progress_us = 1000;
 
-  /// Defaults overridden by the HPCTRAIN_* environment variables above; a malformed value
-  /// throws hpctrain::Error naming the variable.
+  /// Defaults, then the file named by HPCTRAIN_TUNING_FILE (if set), then the HPCTRAIN_*
+  /// environment variables above. A malformed value throws hpctrain::Error naming the
+  /// variable; a missing or malformed file, or an unknown key in it, names the file and key.
   static Tuning from_environment();
 
+  /// `base` with the values of the JSON tuning file at `path` applied (keys it lacks keep
+  /// base's values). Throws hpctrain::Error naming the file and the key on any problem.
+  static Tuning from_file(const std::string& path, const Tuning& base);
+  /// from_file(path, Tuning{}): the defaults with the file's values.
+  static Tuning from_file(const std::string& path);
+  /// The tuning file text (schema_version 1): the cost model, the algorithm knobs, and
+  /// `measured` (free-form provenance: an object copied into the file as given, JSON text).
+  std::string to_json(const std::string& measured_json = "{}") const;
+  /// Writes to_json(measured_json) to `path` (through a temporary file and a rename).
+  void save(const std::string& path, const std::string& measured_json = "{}") const;
+
+  /// The cost model's time in seconds for `algo` on `bytes` over `ranks` ranks with
+  /// `ranks_per_node` on each node; +infinity when `algo` is not modelled (automatic, mpi) or
+  /// cannot run on that layout (shm over several nodes, hierarchical on one node or with one
+  /// rank per node). ranks_per_node <= 0 or > ranks means one node.
+  double predict_allreduce_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
+
   /// The algorithm `automatic` resolves to for a message of `bytes` over `ranks` ranks, of
-  /// which `ranks_per_node` share each node (ranks_per_node == ranks: one node).
+  /// which `ranks_per_node` share each node (ranks_per_node == ranks: one node): a non-automatic
+  /// allreduce_algorithm, else the candidate of auto_algorithms with the smallest
+  /// predict_allreduce_s (ring when no candidate can run on the layout).
   Algorithm choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
 };
+
+/// Parses a comma-separated list of modelled algorithm names into auto_algorithms bits; throws
+/// hpctrain::Error naming `where` for an unknown name, `auto`, `mpi` or an empty list.
+std::uint32_t parse_auto_algorithms(const std::string& list, const std::string& where);
 
 }  // namespace hpctrain::coll

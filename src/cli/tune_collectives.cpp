@@ -1,0 +1,374 @@
+// `hpctrain tune-collectives`: the measurements behind the all-reduce cost model.
+//
+// What is measured (every figure is the median or best of repetitions, see below), with the
+// model parameter it sets (collectives/include/hpctrain/collectives/tuning.hpp):
+//  * α, β (intra- and inter-node): ping-pong over the transport the collectives use
+//    (HPCTRAIN_TRANSPORT) between rank 0 and the next rank on its node (intra) and the first
+//    rank on another node (inter; nodes are the real ones, or HPCTRAIN_RANKS_PER_NODE virtual
+//    ones), sizes 8 B .. 4 MiB, the fastest half round trip per size (see half_round_trip_s). α = the 8-byte half round
+//    trip, β = the least-squares slope over the sizes from 32 KiB. The other ranks wait.
+//    Without a second node the inter-node figures are the intra-node ones (and vice versa).
+//  * γ: every rank times the reduction kernel the algorithms run (float32 sum, 16 MiB, best of
+//    5) at the same time, as in a ring step; the slowest rank's seconds per byte.
+//  * shm copy bandwidth: every rank memcpy's 64 MiB at the same time (best of 5); the slowest
+//    rank's seconds per byte.
+//  * shm sync: a barrier of the ranks of one node (MPI_Barrier over MPI_COMM_TYPE_SHARED, or the
+//    virtual node), the mean over repetitions, slowest rank: what one flag round costs.
+
+#include "tune_collectives.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/mpi_transport.hpp"  // HPCTRAIN_CHECK_MPI
+#include "hpctrain/collectives/reduce.hpp"
+#include "hpctrain/collectives/transport.hpp"
+#include "hpctrain/collectives/transport_factory.hpp"
+#include "hpctrain/collectives/tuning.hpp"
+
+namespace hpctrain::cli {
+
+namespace {
+
+using coll::Algorithm;
+using coll::Tuning;
+
+constexpr coll::Algorithm kTableAlgorithms[] = {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling,
+                                                Algorithm::rabenseifner, Algorithm::shm, Algorithm::hierarchical};
+
+std::size_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  const std::string suffix = end ? end : "";
+  std::size_t scale = 0;
+  if (suffix.empty() || suffix == "B") scale = 1;
+  else if (suffix == "K" || suffix == "KiB") scale = std::size_t{1} << 10;
+  else if (suffix == "M" || suffix == "MiB") scale = std::size_t{1} << 20;
+  else if (suffix == "G" || suffix == "GiB") scale = std::size_t{1} << 30;
+  HPCTRAIN_REQUIRE(end != text.c_str() && scale != 0 && text[0] != '-',
+                   "--predict-sizes: '" + text + "' is not a byte count (an integer, optionally K/M/G)");
+  return static_cast<std::size_t>(v) * scale;
+}
+
+std::string human_bytes(std::size_t b) {
+  if (b >= (std::size_t{1} << 30) && b % (std::size_t{1} << 30) == 0) return std::to_string(b >> 30) + " GiB";
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= (1u << 10) && b % (1u << 10) == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+// ---- measurements ------------------------------------------------------------------------------
+
+void wait(coll::Transport& t, coll::Request& r) {
+  while (!t.test(r)) {
+  }
+}
+
+/// Fastest half round trip (seconds) of `bytes` between this rank and `peer` over `reps` round
+/// trips after a few warm-ups; `initiator` sends first. Only the two ranks call it. The minimum,
+/// not the median: on a shared machine a round trip that lost the core to a neighbour measures
+/// the neighbour (a 2 MiB half round trip measured 0.23 ms in one run here and 7 ms as the
+/// median of another, under a load average of 16); the model wants what the link can do.
+double half_round_trip_s(coll::Transport& t, int peer, bool initiator, std::size_t bytes, int reps) {
+  std::vector<std::byte> buf(std::max<std::size_t>(bytes, 1));
+  const coll::Tag tag = 77;
+  const int warmup = std::max(2, reps / 10);
+  std::vector<double> times;
+  for (int i = 0; i < warmup + reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    if (initiator) {
+      coll::Request s = t.isend(buf.data(), bytes, peer, tag);
+      wait(t, s);
+      coll::Request r = t.irecv(buf.data(), bytes, peer, tag);
+      wait(t, r);
+    } else {
+      coll::Request r = t.irecv(buf.data(), bytes, peer, tag);
+      wait(t, r);
+      coll::Request s = t.isend(buf.data(), bytes, peer, tag);
+      wait(t, s);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i >= warmup) times.push_back(s / 2);
+  }
+  return *std::min_element(times.begin(), times.end());
+}
+
+struct LinkFit {
+  double alpha_s = 0, beta_s_per_byte = 0;
+  std::vector<std::pair<std::size_t, double>> points;  // (bytes, half round trip s)
+};
+
+/// Ping-pong between ranks `a` and `b` (collective over `comm`: the others wait at a barrier).
+/// The fit is valid on every rank (broadcast from `a`).
+LinkFit measure_link(coll::Transport& t, MPI_Comm comm, int a, int b, const std::vector<std::size_t>& sizes, int reps) {
+  const int me = t.rank();
+  LinkFit fit;
+  std::vector<double> times(sizes.size(), 0.0);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    HPCTRAIN_CHECK_MPI(MPI_Barrier(comm));
+    // Large messages: fewer repetitions (each already takes long enough to time).
+    const int r = sizes[i] >= (std::size_t{1} << 20) ? std::max(3, reps / 5) : reps;
+    if (me == a) times[i] = half_round_trip_s(t, b, true, sizes[i], r);
+    else if (me == b) (void)half_round_trip_s(t, a, false, sizes[i], r);
+  }
+  HPCTRAIN_CHECK_MPI(MPI_Bcast(times.data(), static_cast<int>(times.size()), MPI_DOUBLE, a, comm));
+  for (std::size_t i = 0; i < sizes.size(); ++i) fit.points.emplace_back(sizes[i], times[i]);
+  // β: least-squares slope over the bandwidth-bound sizes (>= 32 KiB).
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, n = 0;
+  for (const auto& [bytes, s] : fit.points) {
+    if (bytes < (std::size_t{32} << 10)) continue;
+    const double x = static_cast<double>(bytes);
+    sx += x, sy += s, sxx += x * x, sxy += x * s, n += 1;
+  }
+  const double denom = n * sxx - sx * sx;
+  double beta = (n >= 2 && denom > 0) ? (n * sxy - sx * sy) / denom : 0.0;
+  if (!(beta > 0)) beta = fit.points.back().second / static_cast<double>(fit.points.back().first);  // noise
+  fit.beta_s_per_byte = beta;
+  fit.alpha_s = fit.points.front().second;  // the smallest size: 8 B, whose byte term is ~8β
+  return fit;
+}
+
+/// Seconds per byte of `body(bytes)` run by every rank at the same time, best of `reps` per
+/// rank, the slowest rank's figure (collective).
+template <class Body>
+double concurrent_s_per_byte(MPI_Comm comm, std::size_t bytes, int reps, Body&& body) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < reps + 1; ++i) {  // the first is a warm-up
+    HPCTRAIN_CHECK_MPI(MPI_Barrier(comm));
+    const double t0 = MPI_Wtime();
+    body();
+    const double s = MPI_Wtime() - t0;
+    if (i > 0) best = std::min(best, s);
+  }
+  double slowest = 0;
+  HPCTRAIN_CHECK_MPI(MPI_Allreduce(&best, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return slowest / static_cast<double>(bytes);
+}
+
+// ---- prediction table --------------------------------------------------------------------------
+
+void print_prediction(const Tuning& t, int ranks_per_node, int nodes_max, const std::vector<std::size_t>& sizes) {
+  std::printf("\n# predicted all-reduce time in microseconds, %d ranks per node; * = the cost model's choice "
+              "(automatic); - = cannot run on that layout\n",
+              ranks_per_node);
+  std::printf("# model: %s\n", t.tuning_file.empty() ? "built-in defaults" : t.tuning_file.c_str());
+  std::printf("#%9s %6s %8s", "size", "nodes", "ranks");
+  for (Algorithm a : kTableAlgorithms) std::printf(" %19s", std::string(to_string(a)).c_str());
+  std::printf("  %s\n", "choice");
+  for (std::size_t bytes : sizes) {
+    for (long long nodes = 1; nodes <= nodes_max; nodes *= 2) {
+      const long long ranks = nodes * ranks_per_node;
+      if (ranks > std::numeric_limits<int>::max()) break;
+      const int p = static_cast<int>(ranks);
+      const Algorithm choice = t.choose_allreduce(bytes, p, ranks_per_node);
+      std::printf(" %9s %6lld %8d", human_bytes(bytes).c_str(), nodes, p);
+      for (Algorithm a : kTableAlgorithms) {
+        const double s = t.predict_allreduce_s(a, bytes, p, ranks_per_node);
+        if (std::isinf(s)) std::printf(" %19s", "-");
+        else std::printf(" %18.1f%c", s * 1e6, a == choice ? '*' : ' ');
+      }
+      std::printf("  %s\n", std::string(to_string(choice)).c_str());
+      if (nodes > nodes_max / 2) break;
+    }
+  }
+  std::fflush(stdout);
+}
+
+std::vector<std::size_t> parse_sizes(const std::string& list) {
+  std::vector<std::size_t> sizes;
+  std::stringstream in(list);
+  for (std::string s; std::getline(in, s, ',');) {
+    if (!s.empty()) sizes.push_back(parse_size(s));
+  }
+  HPCTRAIN_REQUIRE(!sizes.empty(), "--predict-sizes: '" + list + "' names no size");
+  return sizes;
+}
+
+}  // namespace
+
+void add_tune_options(CLI::App& app, TuneArgs& a) {
+  app.footer(
+      "Measures, under mpirun/srun (2 or more ranks; ranks on two nodes also give the inter-node "
+      "figures), the parameters of the cost model that Algorithm::automatic uses to pick an "
+      "all-reduce algorithm: alpha (s per message) and beta (s per byte) by ping-pong over the "
+      "transport (HPCTRAIN_TRANSPORT) within a node and between nodes (real nodes, or "
+      "HPCTRAIN_RANKS_PER_NODE virtual ones), gamma (s per byte reduced) by timing the reduction "
+      "kernel, and the shared-memory copy bandwidth and node barrier time. Rank 0 writes them to "
+      "--output; load it with HPCTRAIN_TUNING_FILE=<file>. With --predict-ranks-per-node K it "
+      "prints the model's time per algorithm for 1, 2, 4, ... --predict-nodes-max nodes of K ranks, "
+      "so the winner at scale is known before the allocation. --predict-only (with --input, or "
+      "HPCTRAIN_TUNING_FILE, or the defaults) measures nothing and needs no mpirun.\n"
+      "Examples:\n"
+      "  mpirun -n 4 hpctrain tune-collectives --output tuning.json\n"
+      "  hpctrain tune-collectives --predict-only --input tuning.json --predict-ranks-per-node 8");
+  app.add_option("--output", a.output, "Tuning file to write (rank 0)")->capture_default_str();
+  app.add_option("--input", a.input,
+                 "Tuning file to start from (its knobs are kept; the measured parameters replace its model)"
+                 "; with --predict-only, the file to predict from");
+  app.add_flag("--predict-only", a.predict_only, "Print the prediction table from --input; measure nothing");
+  app.add_flag("--quick", a.quick, "Fewer repetitions and smaller buffers (seconds; for tests, noisier)");
+  app.add_option("--reps", a.reps, "Ping-pong repetitions per size (default 50, --quick 10)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--predict-ranks-per-node", a.predict_ranks_per_node,
+                 "Print predicted times for nodes of this many ranks (0: no table)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--predict-nodes-max", a.predict_nodes_max, "Largest node count of the table (1, 2, 4, ...)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--predict-sizes", a.predict_sizes, "Message sizes of the table (comma list, K/M/G suffixes)")
+      ->capture_default_str();
+}
+
+int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  HPCTRAIN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  const std::vector<std::size_t> sizes = parse_sizes(a.predict_sizes);
+  Tuning base = a.input.empty() ? Tuning::from_environment() : Tuning::from_file(a.input, Tuning::from_environment());
+
+  if (a.predict_only) {
+    HPCTRAIN_REQUIRE(a.predict_ranks_per_node > 0,
+                     "--predict-only needs --predict-ranks-per-node K (the table is all it prints)");
+    if (rank == 0) print_prediction(base, a.predict_ranks_per_node, a.predict_nodes_max, sizes);
+    return 0;
+  }
+  HPCTRAIN_REQUIRE(size >= 2, "tune-collectives measures between ranks: run it with 2 or more ranks "
+                              "(mpirun -n 2 hpctrain tune-collectives), or pass --predict-only");
+  const int reps = a.reps > 0 ? a.reps : (a.quick ? 10 : 50);
+
+  // Node of every rank: HPCTRAIN_RANKS_PER_NODE virtual nodes, else the shared-memory domains.
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  if (base.ranks_per_node > 0) {
+    HPCTRAIN_CHECK_MPI(MPI_Comm_split(comm, rank / base.ranks_per_node, rank, &node_comm));
+  } else {
+    HPCTRAIN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
+  }
+  struct CommFree {  // frees the node communicator on every way out
+    explicit CommFree(MPI_Comm& comm) : c(comm) {}
+    CommFree(const CommFree&) = delete;
+    CommFree& operator=(const CommFree&) = delete;
+    ~CommFree() {
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    }
+    MPI_Comm& c;
+  } free_node_comm{node_comm};
+  int node_leader = rank;
+  HPCTRAIN_CHECK_MPI(MPI_Allreduce(&rank, &node_leader, 1, MPI_INT, MPI_MIN, node_comm));
+  std::vector<int> leaders(static_cast<std::size_t>(size));
+  HPCTRAIN_CHECK_MPI(MPI_Allgather(&node_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm));
+  int intra_peer = -1, inter_peer = -1;
+  for (int r = 1; r < size; ++r) {
+    if (leaders[static_cast<std::size_t>(r)] == leaders[0] && intra_peer < 0) intra_peer = r;
+    if (leaders[static_cast<std::size_t>(r)] != leaders[0] && inter_peer < 0) inter_peer = r;
+  }
+  int node_size = 1;
+  HPCTRAIN_CHECK_MPI(MPI_Comm_size(node_comm, &node_size));
+  int nodes = 0;
+  for (int r = 0; r < size; ++r) nodes += leaders[static_cast<std::size_t>(r)] == r;
+
+  auto transport = coll::make_default_transport(comm);
+  std::vector<std::size_t> ping_sizes;
+  for (std::size_t b = 8; b <= (std::size_t{4} << 20); b *= a.quick ? 64 : 8) ping_sizes.push_back(b);
+  if (ping_sizes.back() != (std::size_t{4} << 20)) ping_sizes.push_back(std::size_t{4} << 20);
+  LinkFit intra, inter;
+  if (intra_peer > 0) intra = measure_link(*transport, comm, 0, intra_peer, ping_sizes, reps);
+  if (inter_peer > 0) inter = measure_link(*transport, comm, 0, inter_peer, ping_sizes, reps);
+  if (intra_peer < 0) intra = inter;  // one rank per node: every link crosses nodes
+  if (inter_peer < 0) inter = intra;  // one node
+
+  const std::size_t reduce_bytes = (a.quick ? std::size_t{4} : std::size_t{16}) << 20;
+  const std::size_t copy_bytes = (a.quick ? std::size_t{16} : std::size_t{64}) << 20;
+  const int buffer_reps = a.quick ? 3 : 5;
+  std::vector<float> x(reduce_bytes / sizeof(float), 1.0f), y(reduce_bytes / sizeof(float), 0.5f);
+  const double gamma = concurrent_s_per_byte(comm, reduce_bytes, buffer_reps, [&] {
+    coll::reduce_into(x.data(), y.data(), x.size(), coll::DataType::f32, coll::ReduceOp::sum);
+  });
+  std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
+  const double shm_beta = concurrent_s_per_byte(comm, copy_bytes, buffer_reps, [&] {
+    std::memcpy(dst.data(), src.data(), copy_bytes);
+  });
+  const int barrier_reps = a.quick ? 200 : 2000;
+  HPCTRAIN_CHECK_MPI(MPI_Barrier(node_comm));
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < barrier_reps; ++i) HPCTRAIN_CHECK_MPI(MPI_Barrier(node_comm));
+  const double mine = (MPI_Wtime() - t0) / barrier_reps;
+  double shm_sync = 0;
+  HPCTRAIN_CHECK_MPI(MPI_Allreduce(&mine, &shm_sync, 1, MPI_DOUBLE, MPI_MAX, comm));
+  double checksum = static_cast<double>(x[x.size() / 2]) + dst[copy_bytes / 2];  // keep the work
+  (void)checksum;
+
+  Tuning t = base;
+  t.model.alpha_intra_s = intra.alpha_s;
+  t.model.beta_intra_s_per_byte = intra.beta_s_per_byte;
+  t.model.alpha_inter_s = inter.alpha_s;
+  t.model.beta_inter_s_per_byte = inter.beta_s_per_byte;
+  t.model.gamma_s_per_byte = gamma;
+  t.model.shm_beta_s_per_byte = shm_beta;
+  // One rank per node has nothing to synchronise: keep the base value rather than write a 0.
+  t.model.shm_sync_s = node_size > 1 ? shm_sync : base.model.shm_sync_s;
+
+  if (rank == 0) {
+    nlohmann::json m;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const std::time_t now = std::time(nullptr);
+    char when[32] = "";
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    m["host"] = host;
+    m["time_utc"] = when;
+    m["ranks"] = size;
+    m["nodes"] = nodes;
+    m["ranks_per_node_of_rank0"] = node_size;
+    m["virtual_nodes"] = base.ranks_per_node > 0;
+    m["transport"] = transport->name();
+    m["quick"] = a.quick;
+    m["intra_pair"] = intra_peer > 0 ? nlohmann::json::array({0, intra_peer}) : nlohmann::json(nullptr);
+    m["inter_pair"] = inter_peer > 0 ? nlohmann::json::array({0, inter_peer}) : nlohmann::json(nullptr);
+    auto points = [](const LinkFit& f) {
+      nlohmann::json j = nlohmann::json::object();
+      for (const auto& [bytes, s] : f.points) j[std::to_string(bytes)] = s;
+      return j;
+    };
+    m["half_round_trip_s"] = {{"intra", points(intra)}, {"inter", points(inter)}};
+    m["reduce_GBps"] = 1e-9 / gamma;
+    m["copy_GBps_per_rank"] = 1e-9 / shm_beta;
+    t.save(a.output, m.dump());
+    t.tuning_file = a.output;
+    std::printf("hpctrain tune-collectives: %d ranks, %d node(s)%s, transport %s%s\n", size, nodes,
+                base.ranks_per_node > 0 ? " (virtual, HPCTRAIN_RANKS_PER_NODE)" : "", transport->name().c_str(),
+                a.quick ? ", quick" : "");
+    std::printf("  alpha_intra  %10.3f us per message   (ping-pong 0<->%d%s)\n", intra.alpha_s * 1e6,
+                intra_peer > 0 ? intra_peer : inter_peer, intra_peer > 0 ? "" : ", no second rank on node 0");
+    std::printf("  beta_intra   %10.3f GB/s              (1/beta)\n", 1e-9 / intra.beta_s_per_byte);
+    std::printf("  alpha_inter  %10.3f us per message   (%s)\n", inter.alpha_s * 1e6,
+                inter_peer > 0 ? ("ping-pong 0<->" + std::to_string(inter_peer)).c_str() : "one node: = intra");
+    std::printf("  beta_inter   %10.3f GB/s\n", 1e-9 / inter.beta_s_per_byte);
+    std::printf("  gamma        %10.3f GB/s reduced per rank (float32 sum, all ranks at once)\n", 1e-9 / gamma);
+    std::printf("  shm copy     %10.3f GB/s per rank (memcpy, all ranks at once)\n", 1e-9 / shm_beta);
+    std::printf("  shm sync     %10.3f us (%s)\n", t.model.shm_sync_s * 1e6,
+                node_size > 1 ? ("barrier of " + std::to_string(node_size) + " node ranks").c_str()
+                              : "one rank per node: not measured, kept from the input/defaults");
+    std::printf("  wrote %s (use HPCTRAIN_TUNING_FILE=%s)\n", a.output.c_str(), a.output.c_str());
+    if (a.predict_ranks_per_node > 0) print_prediction(t, a.predict_ranks_per_node, a.predict_nodes_max, sizes);
+    std::fflush(stdout);
+  }
+  HPCTRAIN_CHECK_MPI(MPI_Barrier(comm));
+  return 0;
+}
+
+}  // namespace hpctrain::cli

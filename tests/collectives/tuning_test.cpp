@@ -1,0 +1,227 @@
+// The cost model behind Algorithm::automatic and the tuning file (tuning.hpp): with given
+// parameters, choose_allreduce picks the algorithm the formulas say, predicted times match the
+// formulas computed here independently, and bad files fail naming the file and the key.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/tuning.hpp"
+
+namespace {
+
+using hpctrain::coll::Algorithm;
+using hpctrain::coll::Tuning;
+namespace fs = std::filesystem;
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// A file in the test's own temporary directory (ctest runs each TEST as its own process).
+std::string write_file(const std::string& name, const std::string& text) {
+  const fs::path dir = fs::temp_directory_path() / ("hpctrain_tuning_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+std::string fmt(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+// Parameters as a tuning file (every digit kept).
+std::string model_file(double a_in, double b_in, double a_out, double b_out, double g, double sb, double ss) {
+  return std::string(R"({"schema_version": 1, "model": {)") + R"("alpha_intra_s": )" + fmt(a_in) +
+         R"(, "beta_intra_s_per_byte": )" + fmt(b_in) + R"(, "alpha_inter_s": )" + fmt(a_out) +
+         R"(, "beta_inter_s_per_byte": )" + fmt(b_out) + R"(, "gamma_s_per_byte": )" + fmt(g) +
+         R"(, "shm_beta_s_per_byte": )" + fmt(sb) + R"(, "shm_sync_s": )" + fmt(ss) + "}}";
+}
+
+// Expected message: the error names the file and the key.
+void expect_error(const std::string& path, const std::string& key) {
+  try {
+    (void)Tuning::from_file(path);
+    ADD_FAILURE() << "no error for " << path;
+  } catch (const hpctrain::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path), std::string::npos) << what;
+    EXPECT_NE(what.find(key), std::string::npos) << what;
+  }
+}
+
+struct EnvGuard {
+  explicit EnvGuard(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~EnvGuard() { ::unsetenv(name_); }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+  const char* name_;
+};
+
+TEST(CostModel, LatencyBoundPicksFewestMessages) {
+  // α dominates at 8 B: recursive doubling sends lg 8 = 3 messages, the binomial tree 5,
+  // Rabenseifner 6, the ring 14; shared memory is made slow (1 ms per flag).
+  const Tuning t = Tuning::from_file(write_file("latency.json", model_file(1e-5, 1e-10, 1e-5, 1e-10, 1e-10, 1e-10, 1e-3)));
+  EXPECT_EQ(t.choose_allreduce(8, 8, 8), Algorithm::recursive_doubling);
+  EXPECT_EQ(t.choose_allreduce(8, 8, 1), Algorithm::recursive_doubling);
+  // Large vectors over 8 ranks with the same links: Rabenseifner and ring move 2(p-1)/p n; with
+  // α still large, Rabenseifner's 2 lg p messages beat the ring's 2(p-1)·segments.
+  EXPECT_EQ(t.choose_allreduce(64 * kMiB, 8, 1), Algorithm::rabenseifner);
+  // With the default segmenting over a non-power of two, Rabenseifner pays a whole-vector fold
+  // while the ring does not, so the ring wins bandwidth-bound vectors over 6 ranks.
+  EXPECT_EQ(t.choose_allreduce(64 * kMiB, 6, 1), Algorithm::ring);
+}
+
+TEST(CostModel, OneNodeLargeMessagesUseSharedMemory) {
+  // Copies at 50 GB/s against 2 GB/s point-to-point: shm on one node at large n.
+  const Tuning t = Tuning::from_file(write_file("shm.json", model_file(2e-6, 5e-10, 2e-6, 5e-10, 1e-10, 2e-11, 1e-6)));
+  EXPECT_EQ(t.choose_allreduce(64 * kMiB, 4, 4), Algorithm::shm);
+  EXPECT_EQ(t.choose_allreduce(64 * kMiB, 4, 0), Algorithm::shm);  // 0: one node
+  // Over two nodes shm cannot run and hierarchical needs more than one rank per node.
+  EXPECT_TRUE(std::isinf(t.predict_allreduce_s(Algorithm::shm, kMiB, 4, 2)));
+  EXPECT_TRUE(std::isinf(t.predict_allreduce_s(Algorithm::hierarchical, kMiB, 4, 4)));
+  EXPECT_TRUE(std::isinf(t.predict_allreduce_s(Algorithm::hierarchical, kMiB, 4, 1)));
+  EXPECT_TRUE(std::isinf(t.predict_allreduce_s(Algorithm::mpi, kMiB, 4, 4)));
+  EXPECT_NE(t.choose_allreduce(64 * kMiB, 4, 1), Algorithm::shm);
+}
+
+TEST(CostModel, SeveralNodesLargeMessagesUseHierarchical) {
+  // A slow network (1 GB/s, 20 µs) and fast shared memory: 16 ranks on 4 nodes of 4.
+  const Tuning t = Tuning::from_file(write_file("hier.json", model_file(1e-6, 1e-10, 2e-5, 1e-9, 1e-10, 2e-11, 1e-6)));
+  EXPECT_EQ(t.choose_allreduce(64 * kMiB, 16, 4), Algorithm::hierarchical);
+  EXPECT_EQ(t.choose_allreduce(64 * kMiB, 16, 16), Algorithm::shm);  // all on one node
+  EXPECT_NE(t.choose_allreduce(64 * kMiB, 16, 1), Algorithm::hierarchical);
+}
+
+TEST(CostModel, PredictionsFollowTheFormulas) {
+  const double a = 3e-6, b = 2e-10, ai = 7e-6, bi = 5e-10, g = 3e-10, sb = 1e-10, ss = 2e-6;
+  const Tuning t = Tuning::from_file(write_file("formula.json", model_file(a, b, ai, bi, g, sb, ss)));
+  const double n = 3.0 * kMiB;
+  // Ring, 6 ranks on one node: chunk n/6 = 512 KiB < 1 MiB segment, so one segment per step.
+  const double p = 6;
+  const double ring = 2 * (p - 1) * a + 2 * (p - 1) / p * n * b + (p - 1) / p * n * g;
+  EXPECT_NEAR(t.predict_allreduce_s(Algorithm::ring, 3 * kMiB, 6, 6), ring, 1e-12 * ring);
+  // Rabenseifner, 6 ranks on 6 nodes: inter-node links, p' = 4 plus the fold of 2 extra ranks.
+  const double rab = 2 * 2 * ai + 2 * 3.0 / 4 * n * bi + 3.0 / 4 * n * g + 2 * (ai + n * bi) + n * g;
+  EXPECT_NEAR(t.predict_allreduce_s(Algorithm::rabenseifner, 3 * kMiB, 6, 1), rab, 1e-12 * rab);
+  // Binomial tree at 4 KiB over 5 ranks: 2⌈lg 5⌉ - 1 = 5 message steps of n (the root's last
+  // receive and first send are one exchange), 3 reductions.
+  const double m = 4096;
+  const double tree = 5 * (a + m * b) + 3 * m * g;
+  EXPECT_NEAR(t.predict_allreduce_s(Algorithm::tree, 4096, 5, 5), tree, 1e-12 * tree);
+  // Hierarchical, 8 ranks as 2 nodes of 4: node phases + the best flat algorithm for n/4 over 2
+  // nodes with β·4 (2 ranks: every flat algorithm's candidates computed here).
+  const double slice = n / 4, k = 4;
+  const double node_phases = 2 * ss + 2 * n * sb + (k - 1) / k * n * g;
+  const double seg = std::ceil((slice / 2) / (1 << 20));
+  const double across_ring = 2 * 1 * seg * ai + 2 * 1 * (slice / 2) * (bi * k) + 1 * (slice / 2) * g;
+  const double across_rd = 1 * (ai + slice * bi * k + slice * g);
+  const double across_rab = 2 * ai + 2 * 0.5 * slice * bi * k + 0.5 * slice * g;
+  const double s_tree = std::min(256.0 * 1024, slice / 2);
+  const double across_tree = (1 + std::ceil(slice / (2 * s_tree)) - 1) * (4 * ai + 4 * s_tree * bi * k + 2 * s_tree * g);
+  const double hier = node_phases + std::min({across_ring, across_rd, across_rab, across_tree});
+  EXPECT_NEAR(t.predict_allreduce_s(Algorithm::hierarchical, 3 * kMiB, 8, 4), hier, 1e-12 * hier);
+  // The choice is the smallest prediction.
+  const Algorithm chosen = t.choose_allreduce(3 * kMiB, 8, 4);
+  for (Algorithm other : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
+                          Algorithm::hierarchical}) {
+    EXPECT_LE(t.predict_allreduce_s(chosen, 3 * kMiB, 8, 4), t.predict_allreduce_s(other, 3 * kMiB, 8, 4));
+  }
+}
+
+TEST(CostModel, ExplicitAlgorithmAndRestrictionsWin) {
+  // Only what this test sets counts (not the caller's environment).
+  for (const char* v : {"HPCTRAIN_ALLREDUCE_ALGO", "HPCTRAIN_AUTO_ALGOS", "HPCTRAIN_RING_SEGMENT_BYTES",
+                        "HPCTRAIN_AUTO_TREE_MAX_BYTES"}) {
+    ::unsetenv(v);
+  }
+  const std::string path = write_file("env.json", R"({"schema_version": 1,
+      "model": {"alpha_intra_s": 1e-5, "shm_sync_s": 1e-3},
+      "knobs": {"ring_segment_bytes": 8192, "auto_algorithms": ["ring", "tree", "recursive_doubling"]}})");
+  {
+    EnvGuard file("HPCTRAIN_TUNING_FILE", path);
+    const Tuning t = Tuning::from_environment();
+    EXPECT_EQ(t.tuning_file, path);
+    EXPECT_EQ(t.ring_segment_bytes, 8192u);
+    EXPECT_EQ(t.choose_allreduce(8, 8, 8), Algorithm::recursive_doubling);
+    {
+      EnvGuard algo("HPCTRAIN_ALLREDUCE_ALGO", "ring");
+      EXPECT_EQ(Tuning::from_environment().choose_allreduce(8, 8, 8), Algorithm::ring);
+    }
+    {
+      EnvGuard only("HPCTRAIN_AUTO_ALGOS", "ring,tree");
+      EnvGuard seg("HPCTRAIN_RING_SEGMENT_BYTES", "64K");  // the environment wins over the file
+      const Tuning e = Tuning::from_environment();
+      EXPECT_EQ(e.ring_segment_bytes, 65536u);
+      EXPECT_EQ(e.choose_allreduce(8, 8, 8), Algorithm::tree);
+    }
+    {
+      EnvGuard bad("HPCTRAIN_AUTO_ALGOS", "ring,mpi");
+      EXPECT_THROW((void)Tuning::from_environment(), hpctrain::Error);
+    }
+    {
+      EnvGuard gone("HPCTRAIN_AUTO_TREE_MAX_BYTES", "64K");
+      EXPECT_THROW((void)Tuning::from_environment(), hpctrain::Error);
+    }
+  }
+}
+
+TEST(TuningFile, RoundTrip) {
+  Tuning t;
+  t.model.alpha_intra_s = 1.25e-6;
+  t.model.beta_inter_s_per_byte = 3.5e-10;
+  t.model.overhead_s[static_cast<std::size_t>(Algorithm::shm)] = 4e-6;
+  t.ring_window = 7;
+  t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,shm", "test");
+  const std::string path = write_file("round.json", "");
+  t.save(path, R"({"ranks": 2})");
+  const Tuning r = Tuning::from_file(path);
+  EXPECT_EQ(r.model.alpha_intra_s, t.model.alpha_intra_s);
+  EXPECT_EQ(r.model.beta_inter_s_per_byte, t.model.beta_inter_s_per_byte);
+  EXPECT_EQ(r.model.overhead_s[static_cast<std::size_t>(Algorithm::shm)], 4e-6);
+  EXPECT_EQ(r.ring_window, 7u);
+  EXPECT_EQ(r.auto_algorithms, t.auto_algorithms);
+  for (std::size_t bytes : {std::size_t{8}, kMiB, 64 * kMiB}) {
+    EXPECT_EQ(r.predict_allreduce_s(Algorithm::ring, bytes, 4, 2), t.predict_allreduce_s(Algorithm::ring, bytes, 4, 2));
+  }
+}
+
+TEST(TuningFile, MalformedFilesNameFileAndKey) {
+  expect_error(write_file("nope-dir/missing.json", "").append("-absent"), "cannot be read");
+  expect_error(write_file("notjson.json", "{\"schema_version\": 1,"), "not valid JSON");
+  expect_error(write_file("noversion.json", R"({"model": {}})"), "schema_version");
+  expect_error(write_file("version2.json", R"({"schema_version": 2})"), "schema_version");
+  expect_error(write_file("unknown.json", R"({"schema_version": 1, "modle": {}})"), "modle");
+  expect_error(write_file("unknownparam.json", R"({"schema_version": 1, "model": {"alpha_s": 1e-6}})"), "model.alpha_s");
+  expect_error(write_file("negative.json", R"({"schema_version": 1, "model": {"gamma_s_per_byte": -1}})"),
+               "model.gamma_s_per_byte");
+  expect_error(write_file("string.json", R"({"schema_version": 1, "model": {"shm_sync_s": "fast"}})"), "model.shm_sync_s");
+  expect_error(write_file("knob.json", R"({"schema_version": 1, "knobs": {"ring_segment_bytes": 16}})"),
+               "knobs.ring_segment_bytes");
+  expect_error(write_file("knobname.json", R"({"schema_version": 1, "knobs": {"ring_segments": 16}})"), "knobs.ring_segments");
+  expect_error(write_file("algo.json", R"({"schema_version": 1, "knobs": {"auto_algorithms": ["ring", "mpi"]}})"),
+               "knobs.auto_algorithms");
+  expect_error(write_file("overhead.json", R"({"schema_version": 1, "model": {"overhead_s": {"rign": 0}}})"),
+               "model.overhead_s.rign");
+  // Through the environment variable, too.
+  ::unsetenv("HPCTRAIN_AUTO_TREE_MAX_BYTES");
+  EnvGuard file("HPCTRAIN_TUNING_FILE", write_file("env-bad.json", R"({"schema_version": 1, "extra": 1})"));
+  try {
+    (void)Tuning::from_environment();
+    ADD_FAILURE() << "no error";
+  } catch (const hpctrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("extra"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
