@@ -142,7 +142,10 @@ class MpiTransport final : public Transport {
     HPCTRAIN_CHECK_MPI(MPI_Comm_set_errhandler(comm_.get(), MPI_ERRORS_RETURN));
     void* attr = nullptr;
     int flag = 0;
-    HPCTRAIN_CHECK_MPI(MPI_Comm_get_attr(comm_.get(), MPI_TAG_UB, &attr, &flag));
+    // MPI_TAG_UB is a property of the implementation, guaranteed as an attribute of
+    // MPI_COMM_WORLD only: on a communicator made by MPI_Comm_split, Open MPI 4.1 reports none,
+    // which capped tags at 32767 (sequence number 128) on split communicators.
+    HPCTRAIN_CHECK_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &flag));
     tag_ub_ = flag ? *static_cast<int*>(attr) : 32767;
   }
   ~MpiTransport() override {
