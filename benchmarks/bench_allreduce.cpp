@@ -58,7 +58,7 @@ struct Options {
   long long iters = 0;   // 0: by size (iterations_for)
   long long warmup = -1; // -1: by iteration count
   std::vector<Algorithm> algorithms{Algorithm::ring, Algorithm::tree, Algorithm::automatic,
-                                    Algorithm::mpi};
+                                    Algorithm::shm, Algorithm::hierarchical, Algorithm::mpi};
   std::vector<TransportKind> transports{hpctrain::coll::Tuning::from_environment().transport};
 };
 

@@ -172,6 +172,7 @@ Communicator::Communicator(Communicator&& other) noexcept {
   scratch_ = std::move(other.scratch_);
   sequence_ = other.sequence_;
   node_of_rank_ = std::move(other.node_of_rank_);
+  ranks_per_node_ = other.ranks_per_node_;
   node_ = std::move(other.node_);
 }
 
@@ -184,6 +185,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     scratch_ = std::move(other.scratch_);
     sequence_ = other.sequence_;
     node_of_rank_ = std::move(other.node_of_rank_);
+    ranks_per_node_ = other.ranks_per_node_;
     node_ = std::move(other.node_);
   }
   return *this;
@@ -232,10 +234,12 @@ const std::vector<int>& Communicator::node_of_rank() {
 }
 
 int Communicator::ranks_per_node() {
+  if (ranks_per_node_ > 0) return ranks_per_node_;
   const auto& node = node_of_rank();
   std::vector<int> count(node.size(), 0);
   for (int n : node) ++count[static_cast<std::size_t>(n)];
-  return *std::max_element(count.begin(), count.end());
+  ranks_per_node_ = *std::max_element(count.begin(), count.end());
+  return ranks_per_node_;
 }
 
 detail::NodeGroup& Communicator::node_group(const WaitPolicy& wait_policy) {

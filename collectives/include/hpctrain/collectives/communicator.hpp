@@ -130,6 +130,7 @@ class Communicator {
   std::unique_ptr<Transport> transport_;
   Tuning tuning_;
   std::vector<int> node_of_rank_;              // empty until known
+  int ranks_per_node_ = 0;                     // 0 until known
   std::unique_ptr<detail::NodeGroup> node_;    // shm / hierarchical state, null until used
   std::vector<std::byte> scratch_;  // reused across calls; one thread at a time (see drain)
   std::uint64_t sequence_ = 0;      // collectives issued so far, for tags and diagnostics
