@@ -35,7 +35,7 @@ inline Tag sequence_tag(std::uint64_t sequence) { return static_cast<Tag>((seque
 
 /// This rank's (virtual) node, for the shm and hierarchical algorithms: built once per
 /// communicator on first use (collective) and reused by every later call, so the shared
-/// memory is allocated once and its barrier counters run on across calls.
+/// memory is allocated once and its progress counters run on across calls.
 struct NodeGroup {
   std::unique_ptr<Transport> local;         ///< the ranks of this node
   std::unique_ptr<Transport> inter;         ///< this local rank on every node; null on one node
@@ -46,8 +46,7 @@ struct NodeGroup {
   /// size, e.g. 4 ranks in virtual nodes of 3; every node must slice the buffer alike).
   int slices = 1;
   std::size_t segment_bytes = 0;            ///< bytes of each of the two staging buffers
-  std::uint64_t epoch = 0;                  ///< node barriers this rank has passed
-  unsigned parity = 0;                      ///< staging buffer the next step uses
+  std::uint64_t next_segment = 0;           ///< segments (steps) this node has started
   std::uint64_t inter_sequence = 0;         ///< inter-node all-reduces issued (their tags)
   bool broken = false;                      ///< a call failed part-way: the counters disagree
 
@@ -57,7 +56,7 @@ struct NodeGroup {
 
 /// Bytes of shared memory each local rank needs for `segment_bytes` staging buffers.
 std::size_t shm_bytes_per_rank(std::size_t segment_bytes);
-/// Initialises this rank's barrier counter in `node.memory`, then a barrier over node.local
+/// Initialises this rank's progress counter in `node.memory`, then a barrier over node.local
 /// (point-to-point), after which every rank may use every counter. Collective over the node.
 void shm_prepare(CollContext& local_ctx, NodeGroup& node);
 

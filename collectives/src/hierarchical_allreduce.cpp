@@ -11,17 +11,17 @@
 //
 // Schedule, per segment of Tuning::shm_segment_bytes (the schedule of shm_allreduce.cpp, whose
 // comment has the memory-ordering argument):
-//  1. every local rank stages its segment in its shared-memory buffer; node barrier A;
+//  1. every local rank stages its segment in its shared-memory buffer; flag wait A;
 //  2. local rank l < S reduces slice l of the segment from every local buffer (intra-node
 //     reduce-scatter, single copy) into its own buffer, then all-reduces that slice with the
 //     ranks of its `inter` group, in place in shared memory: the binomial/double binary tree
 //     for slices up to Tuning::auto_tree_max_bytes, the ring above. All S local ranks run their
 //     inter-node all-reduces at the same time, so every node's S links carry traffic;
-//  3. node barrier B; every local rank copies every slice out (intra-node all-gather).
+//  3. flag wait B; every local rank copies every slice out (intra-node all-gather).
 // One node (N = 1): exactly shm_allreduce, including its one-step small-message path.
 //
 // Cost per rank, n bytes, N nodes, m ranks per node, segment s: the shm cost
-//   2⌈n/s⌉·α_b + (m-1)/m·n·(β+γ) + n·β
+//   2⌈n/s⌉·α_f + (m-1)/m·n·(β+γ) + n·β
 // plus, per segment, an inter-node all-reduce of s/m bytes among N ranks:
 //   ring: 2(N-1)·α + 2(N-1)/N·(n/m)·β_net + (N-1)/N·(n/m)·γ  summed over segments;
 // the inter-node volume per rank is 1/m of a flat ring's, and the α terms grow with N, not p.

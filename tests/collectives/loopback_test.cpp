@@ -267,7 +267,7 @@ TEST(LoopbackShm, TimeoutNamesTheMissingPeer) {
   skipper.join();
   EXPECT_NE(message.find("allreduce(shm)"), std::string::npos) << message;
   EXPECT_NE(message.find("did not complete within 0.5 s"), std::string::npos) << message;
-  EXPECT_NE(message.find("shared-memory barrier for: rank 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("still waiting in node shared memory for: rank 1"), std::string::npos) << message;
 }
 
 TEST(LoopbackCollectives, ReduceScatterAllgatherBroadcastBarrier) {
