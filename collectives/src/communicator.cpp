@@ -161,6 +161,10 @@ Communicator::Communicator(std::unique_ptr<Transport> transport)
 Communicator::Communicator(std::unique_ptr<Transport> transport, Tuning tuning)
     : transport_(std::move(transport)), tuning_(tuning) {
   HPCTRAIN_REQUIRE(transport_ != nullptr, "Communicator: null transport");
+  // The node map needs a collective on the MPI and UCX transports (MPI_Comm_split_type): done
+  // here, where construction is collective anyway, rather than hidden in the first automatic
+  // all-reduce, where a missing rank would hang in MPI instead of hitting our timeout.
+  node_of_rank();
 }
 
 Communicator::~Communicator() = default;  // the engine runs its queue and joins

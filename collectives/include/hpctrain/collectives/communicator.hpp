@@ -59,6 +59,7 @@ class Work {
 class Communicator {
  public:
   /// Takes ownership of `transport`; tuning defaults to Tuning::from_environment().
+  /// Collective over the transport's ranks (it finds which ranks share a machine).
   explicit Communicator(std::unique_ptr<Transport> transport);
   Communicator(std::unique_ptr<Transport> transport, Tuning tuning);
   /// Waits for queued non-blocking work, then releases the transport.
