@@ -1,7 +1,7 @@
 // bench_allreduce: hpctrain's all-reduce algorithms next to MPI_Allreduce, nccl-tests style.
 //
 //   mpirun -n P build/bin/bench_allreduce [--min_bytes=8] [--max_bytes=256M] [--step=2]
-//          [--iters=N] [--warmup=N] [--algorithms=ring,tree,...,auto,mpi] [--transports=mpi,ucx]
+//          [--iters=N] [--warmup=N] [--algorithms=ring,tree,recursive_doubling,rabenseifner,shm,hierarchical,auto,mpi] [--transports=mpi,ucx]
 //          [Google Benchmark flags]
 //
 // One benchmark per (algorithm, transport, size), named `allreduce/<column>/<bytes>` (Google

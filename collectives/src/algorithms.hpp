@@ -3,6 +3,9 @@
 // dispatch point is Communicator (communicator.cpp).
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "hpctrain/collectives/transport.hpp"
@@ -25,6 +28,51 @@ struct CollContext {
     return scratch.data();
   }
 };
+
+/// The tag block of collective number `sequence`: 20 bits of sequence number above 8 bits of
+/// per-algorithm phase, so tags stay below 2^28.
+inline Tag sequence_tag(std::uint64_t sequence) { return static_cast<Tag>((sequence & 0xfffffu) << 8); }
+
+/// This rank's (virtual) node, for the shm and hierarchical algorithms: built once per
+/// communicator on first use (collective) and reused by every later call, so the shared
+/// memory is allocated once and its progress counters run on across calls.
+struct NodeGroup {
+  std::unique_ptr<Transport> local;         ///< the ranks of this node
+  std::unique_ptr<Transport> inter;         ///< this local rank on every node; null on one node
+  std::unique_ptr<SharedSegments> memory;   ///< one segment per local rank (layout: shm_allreduce.cpp)
+  std::vector<int> parent_rank;             ///< communicator rank of each local rank (diagnostics)
+  int nodes = 1;
+  /// Ranks of the smallest node: local ranks below it own one slice each (nodes may differ in
+  /// size, e.g. 4 ranks in virtual nodes of 3; every node must slice the buffer alike).
+  int slices = 1;
+  std::size_t segment_bytes = 0;            ///< bytes of each of the two staging buffers
+  std::uint64_t next_segment = 0;           ///< segments (steps) this node has started
+  std::uint64_t inter_sequence = 0;         ///< inter-node all-reduces issued (their tags)
+  bool broken = false;                      ///< a call failed part-way: the counters disagree
+
+  int local_rank() const noexcept { return local->rank(); }
+  int local_size() const noexcept { return local->size(); }
+};
+
+/// Bytes of shared memory each local rank needs for `segment_bytes` staging buffers.
+std::size_t shm_bytes_per_rank(std::size_t segment_bytes);
+/// Initialises this rank's progress counter in `node.memory`, then a barrier over node.local
+/// (point-to-point), after which every rank may use every counter. Collective over the node.
+void shm_prepare(CollContext& local_ctx, NodeGroup& node);
+
+/// Called by the owner of each reduced slice between the intra-node reduction and the copy-out
+/// (the hierarchical algorithm's inter-node step); `slice` lies in shared memory.
+using SliceStep = std::function<void(void* slice, std::size_t count)>;
+
+/// Single-copy all-reduce over the node's shared memory (all ranks of ctx on one node).
+void shm_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* recv,
+                   std::size_t count, DataType type, ReduceOp op);
+/// The segmented schedule of shm_allreduce, with `between` (if set) run on each owned slice.
+void shm_segmented_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* recv,
+                             std::size_t count, DataType type, ReduceOp op, const SliceStep& between);
+/// Intra-node reduce-scatter, inter-node all-reduce of each slice, intra-node all-gather.
+void hierarchical_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* recv,
+                            std::size_t count, DataType type, ReduceOp op);
 
 /// Balanced partition of `count` elements into `parts` contiguous blocks: offsets[0..parts].
 std::vector<std::size_t> balanced_offsets(std::size_t count, int parts);

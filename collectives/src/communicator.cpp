@@ -1,5 +1,6 @@
 #include "hpctrain/collectives/communicator.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -132,10 +133,7 @@ class ProgressEngine {
 
 namespace {
 
-Tag base_tag(std::uint64_t sequence) {
-  // 20 bits of sequence number above 8 bits of per-algorithm phase: tags stay below 2^28.
-  return static_cast<Tag>((sequence & 0xfffffu) << 8);
-}
+Tag base_tag(std::uint64_t sequence) { return detail::sequence_tag(sequence); }
 
 void check_buffers(const char* op, const void* send, const void* recv, std::size_t count,
                    std::size_t send_elems, std::size_t recv_elems, DataType type, int rank) {
@@ -163,6 +161,10 @@ Communicator::Communicator(std::unique_ptr<Transport> transport)
 Communicator::Communicator(std::unique_ptr<Transport> transport, Tuning tuning)
     : transport_(std::move(transport)), tuning_(tuning) {
   HPCTRAIN_REQUIRE(transport_ != nullptr, "Communicator: null transport");
+  // The node map needs a collective on the MPI and UCX transports (MPI_Comm_split_type): done
+  // here, where construction is collective anyway, rather than hidden in the first automatic
+  // all-reduce, where a missing rank would hang in MPI instead of hitting our timeout.
+  node_of_rank();
 }
 
 Communicator::~Communicator() = default;  // the engine runs its queue and joins
@@ -173,6 +175,9 @@ Communicator::Communicator(Communicator&& other) noexcept {
   tuning_ = other.tuning_;
   scratch_ = std::move(other.scratch_);
   sequence_ = other.sequence_;
+  node_of_rank_ = std::move(other.node_of_rank_);
+  ranks_per_node_ = other.ranks_per_node_;
+  node_ = std::move(other.node_);
 }
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
@@ -183,6 +188,9 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     tuning_ = other.tuning_;
     scratch_ = std::move(other.scratch_);
     sequence_ = other.sequence_;
+    node_of_rank_ = std::move(other.node_of_rank_);
+    ranks_per_node_ = other.ranks_per_node_;
+    node_ = std::move(other.node_);
   }
   return *this;
 }
@@ -205,10 +213,71 @@ WaitPolicy Communicator::policy(const char* op, Algorithm algo) const {
   return p;
 }
 
+const std::vector<int>& Communicator::node_of_rank() {
+  if (!node_of_rank_.empty()) return node_of_rank_;
+  const int p = size();
+  std::vector<int> node(static_cast<std::size_t>(p));
+  if (tuning_.ranks_per_node > 0) {
+    for (int r = 0; r < p; ++r) node[static_cast<std::size_t>(r)] = r / tuning_.ranks_per_node;
+  } else {
+    // Machines numbered in order of their first rank.
+    const std::vector<int> domains = transport_->shared_memory_domains();
+    HPCTRAIN_REQUIRE(domains.size() == static_cast<std::size_t>(p),
+                     "shared_memory_domains: " + std::to_string(domains.size()) + " entries for " +
+                         std::to_string(p) + " ranks");
+    std::vector<int> seen;
+    for (int r = 0; r < p; ++r) {
+      const int d = domains[static_cast<std::size_t>(r)];
+      const auto it = std::find(seen.begin(), seen.end(), d);
+      node[static_cast<std::size_t>(r)] = static_cast<int>(it - seen.begin());
+      if (it == seen.end()) seen.push_back(d);
+    }
+  }
+  node_of_rank_ = std::move(node);
+  return node_of_rank_;
+}
+
+int Communicator::ranks_per_node() {
+  if (ranks_per_node_ > 0) return ranks_per_node_;
+  const auto& node = node_of_rank();
+  std::vector<int> count(node.size(), 0);
+  for (int n : node) ++count[static_cast<std::size_t>(n)];
+  ranks_per_node_ = *std::max_element(count.begin(), count.end());
+  return ranks_per_node_;
+}
+
+detail::NodeGroup& Communicator::node_group(const WaitPolicy& wait_policy) {
+  if (node_) {
+    HPCTRAIN_REQUIRE(!node_->broken, "allreduce(" + std::string(to_string(wait_policy.algorithm)) +
+                                         "): an earlier shared-memory all-reduce on this communicator "
+                                         "failed part-way; its node barrier state is inconsistent");
+    return *node_;
+  }
+  const auto& node = node_of_rank();
+  const int me = rank(), my_node = node[static_cast<std::size_t>(me)];
+  const int nodes = *std::max_element(node.begin(), node.end()) + 1;
+  std::vector<int> sizes(static_cast<std::size_t>(nodes), 0);
+  for (int n : node) ++sizes[static_cast<std::size_t>(n)];
+  auto g = std::make_unique<detail::NodeGroup>();
+  for (int r = 0; r < size(); ++r)
+    if (node[static_cast<std::size_t>(r)] == my_node) g->parent_rank.push_back(r);
+  g->nodes = nodes;
+  g->slices = *std::min_element(sizes.begin(), sizes.end());
+  g->local = transport_->split(my_node, me);
+  if (nodes > 1) g->inter = transport_->split(g->local->rank(), me);
+  // Staging buffers a whole number of cache lines, so every segment's buffers stay aligned.
+  g->segment_bytes = (tuning_.shm_segment_bytes + 63) / 64 * 64;
+  g->memory = g->local->shared_memory(detail::shm_bytes_per_rank(g->segment_bytes));
+  detail::CollContext local_ctx{*g->local, tuning_, wait_policy, detail::sequence_tag(0), scratch_};
+  detail::shm_prepare(local_ctx, *g);
+  node_ = std::move(g);
+  return *node_;
+}
+
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                  ReduceOp op, Algorithm algo, std::uint64_t seq) {
   const std::size_t bytes = count * size_of(type);
-  if (algo == Algorithm::automatic) algo = tuning_.choose_allreduce(bytes, size(), size());  // TODO(issue 3): node topology
+  if (algo == Algorithm::automatic) algo = tuning_.choose_allreduce(bytes, size(), ranks_per_node());
   if (algo == Algorithm::mpi) {
     HPCTRAIN_REQUIRE(transport_->vendor_allreduce(send, recv, count, type, op),
                      "allreduce: algorithm 'mpi' (MPI_Allreduce) needs the MPI transport; this "
@@ -230,8 +299,31 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
       break;
     case Algorithm::rabenseifner: detail::rabenseifner_allreduce(ctx, send, recv, count, type, combine); break;
     case Algorithm::shm:
-    case Algorithm::hierarchical:
-      HPCTRAIN_FAIL("allreduce: algorithm '" + std::string(to_string(algo)) + "' is not built yet");
+    case Algorithm::hierarchical: {
+      if (algo == Algorithm::shm) {
+        const int per_node = ranks_per_node();
+        HPCTRAIN_REQUIRE(per_node == size(),
+                         "allreduce: algorithm 'shm' needs every rank on one node, but the " +
+                             std::to_string(size()) + " ranks of this communicator span several nodes (at most " +
+                             std::to_string(per_node) + " per node" +
+                             (tuning_.ranks_per_node > 0
+                                  ? ", HPCTRAIN_RANKS_PER_NODE=" + std::to_string(tuning_.ranks_per_node)
+                                  : std::string()) +
+                             "); use 'hierarchical' for several nodes");
+      }
+      detail::NodeGroup& node = node_group(wait_policy);
+      try {
+        if (algo == Algorithm::shm) {
+          detail::shm_allreduce(ctx, node, send, recv, count, type, combine);
+        } else {
+          detail::hierarchical_allreduce(ctx, node, send, recv, count, type, combine);
+        }
+      } catch (...) {
+        node.broken = true;  // peers may be at another barrier: later calls must not run
+        throw;
+      }
+      break;
+    }
     case Algorithm::automatic:
     case Algorithm::mpi: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -37,6 +38,37 @@ struct SplitRound {
   std::map<int, std::shared_ptr<struct World>> worlds;
 };
 
+/// One heap block shared by the threads of a loopback group (Transport::shared_memory).
+struct SharedBlock {
+  SharedBlock(std::size_t bytes_per_rank, int ranks)
+      : bytes(bytes_per_rank), stride((bytes_per_rank + kPage - 1) / kPage * kPage),
+        storage(stride * static_cast<std::size_t>(ranks) + kPage) {
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    base = storage.data() + ((kPage - address % kPage) % kPage);
+  }
+  static constexpr std::size_t kPage = 4096;
+  std::size_t bytes, stride;
+  std::vector<std::byte> storage;
+  std::byte* base;
+};
+
+struct SharedRound {
+  std::shared_ptr<SharedBlock> block;
+  int departed = 0;
+};
+
+class LoopbackSharedSegments final : public SharedSegments {
+ public:
+  explicit LoopbackSharedSegments(std::shared_ptr<SharedBlock> block) : block_(std::move(block)) {}
+  std::byte* segment(int rank) const noexcept override {
+    return block_->base + static_cast<std::size_t>(rank) * block_->stride;
+  }
+  std::size_t bytes_per_rank() const noexcept override { return block_->bytes; }
+
+ private:
+  std::shared_ptr<SharedBlock> block_;
+};
+
 /// The shared state of one loopback group: every rank's unexpected messages and posted receives.
 struct World {
   explicit World(int n) : ranks(n), unexpected(static_cast<std::size_t>(n)), posted(static_cast<std::size_t>(n)) {}
@@ -46,6 +78,7 @@ struct World {
   std::vector<std::deque<Message>> unexpected;   // by destination
   std::vector<std::deque<PostedRecv>> posted;    // by destination
   std::map<std::uint64_t, SplitRound> splits;    // by split sequence number
+  std::map<std::uint64_t, SharedRound> shared;   // by shared_memory sequence number
 };
 
 class LoopbackTransport final : public Transport {
@@ -151,6 +184,26 @@ class LoopbackTransport final : public Transport {
     return result;
   }
 
+  std::vector<int> shared_memory_domains() override {
+    return std::vector<int>(static_cast<std::size_t>(world_->ranks), 0);  // threads of one process
+  }
+
+  std::unique_ptr<SharedSegments> shared_memory(std::size_t bytes_per_rank) override {
+    // The first rank to arrive allocates; the others take the same block. No rank waits: the
+    // block exists once the first one returns, and its users order their own accesses.
+    const std::uint64_t round_id = shared_calls_++;
+    std::lock_guard<std::mutex> lock(world_->mutex);
+    auto& round = world_->shared[round_id];
+    if (!round.block) round.block = std::make_shared<SharedBlock>(bytes_per_rank, world_->ranks);
+    auto block = round.block;
+    if (++round.departed == world_->ranks) world_->shared.erase(round_id);
+    HPCTRAIN_REQUIRE(block->bytes == bytes_per_rank,
+                     "loopback shared_memory: rank " + std::to_string(rank_) + " asked for " +
+                         std::to_string(bytes_per_rank) + " bytes per rank, another rank for " +
+                         std::to_string(block->bytes));
+    return std::make_unique<LoopbackSharedSegments>(std::move(block));
+  }
+
  private:
   void check_peer(int peer, const char* what) const {
     HPCTRAIN_REQUIRE(peer >= 0 && peer < world_->ranks,
@@ -165,6 +218,7 @@ class LoopbackTransport final : public Transport {
   std::shared_ptr<World> world_;
   int rank_;
   std::uint64_t splits_ = 0;
+  std::uint64_t shared_calls_ = 0;
   std::vector<Slot> slots_;
   std::vector<std::int32_t> free_;
 };

@@ -3,7 +3,13 @@
 
 #include <mpi.h>
 
+#include <cstddef>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
+
+#include "hpctrain/collectives/transport.hpp"
 
 namespace hpctrain::coll::detail {
 
@@ -38,5 +44,14 @@ class CommHandle {
  private:
   MPI_Comm comm_;
 };
+
+/// Transport::shared_memory_domains for the ranks of `comm` (MPI_Comm_split_type with
+/// MPI_COMM_TYPE_SHARED; the domain is the lowest rank of `comm` on the same machine).
+std::vector<int> mpi_shared_memory_domains(MPI_Comm comm);
+/// Transport::shared_memory over `comm`: an MPI-3 shared-memory window
+/// (MPI_Win_allocate_shared), locked for passive-target access for its whole life. Throws naming
+/// `transport` when the ranks of `comm` are not all on one machine.
+std::unique_ptr<SharedSegments> mpi_shared_memory(MPI_Comm comm, std::size_t bytes_per_rank,
+                                                  const std::string& transport);
 
 }  // namespace hpctrain::coll::detail

@@ -77,6 +77,61 @@ MPI_Op mpi_op(DataType t, ReduceOp op) {
   return MPI_OP_NULL;
 }
 
+// ---- node shared memory (MPI-3 shared-memory windows) -------------------------------------
+
+/// Owns an MPI shared-memory window and the communicator it was made on. Non-copyable,
+/// non-movable (held by unique_ptr); the destructor frees only while MPI is up, never throws.
+class MpiSharedSegments final : public SharedSegments {
+ public:
+  MpiSharedSegments(MPI_Comm comm, std::size_t bytes_per_rank) : bytes_(bytes_per_rank) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_dup(comm, &dup));
+    comm_ = CommHandle(dup);
+    int size = 0;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_size(dup, &size));
+    // Page-rounded segments: each starts page-aligned, and with alloc_shared_noncontig each
+    // rank's pages are first touched (so placed) by their owner.
+    const std::size_t page = 4096;
+    const std::size_t stride = (bytes_per_rank + page - 1) / page * page;
+    MPI_Info info = MPI_INFO_NULL;
+    HPCTRAIN_CHECK_MPI(MPI_Info_create(&info));
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void* base = nullptr;
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(stride), 1, info, dup, &base, &win_);
+    MPI_Info_free(&info);
+    HPCTRAIN_CHECK_MPI(rc);
+    // Passive-target epoch for the window's whole life: loads and stores are then legal at any
+    // time (MPI-3 unified model); ordering between ranks comes from the algorithms' atomics.
+    HPCTRAIN_CHECK_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
+    locked_ = true;
+    bases_.resize(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      MPI_Aint got = 0;
+      int disp = 0;
+      void* ptr = nullptr;
+      HPCTRAIN_CHECK_MPI(MPI_Win_shared_query(win_, r, &got, &disp, &ptr));
+      HPCTRAIN_REQUIRE(static_cast<std::size_t>(got) >= bytes_per_rank,
+                       "MPI_Win_shared_query: segment of rank " + std::to_string(r) + " has " +
+                           std::to_string(got) + " bytes, expected " + std::to_string(bytes_per_rank));
+      bases_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(ptr);
+    }
+  }
+  ~MpiSharedSegments() override {
+    if (win_ == MPI_WIN_NULL || !mpi_is_up()) return;
+    if (locked_) MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+  }
+  std::byte* segment(int rank) const noexcept override { return bases_[static_cast<std::size_t>(rank)]; }
+  std::size_t bytes_per_rank() const noexcept override { return bytes_; }
+
+ private:
+  CommHandle comm_;
+  MPI_Win win_ = MPI_WIN_NULL;
+  bool locked_ = false;
+  std::size_t bytes_;
+  std::vector<std::byte*> bases_;
+};
+
 class MpiTransport final : public Transport {
  public:
   explicit MpiTransport(MPI_Comm parent) : comm_(duplicate(parent)) {
@@ -87,7 +142,10 @@ class MpiTransport final : public Transport {
     HPCTRAIN_CHECK_MPI(MPI_Comm_set_errhandler(comm_.get(), MPI_ERRORS_RETURN));
     void* attr = nullptr;
     int flag = 0;
-    HPCTRAIN_CHECK_MPI(MPI_Comm_get_attr(comm_.get(), MPI_TAG_UB, &attr, &flag));
+    // MPI_TAG_UB is a property of the implementation, guaranteed as an attribute of
+    // MPI_COMM_WORLD only: on a communicator made by MPI_Comm_split, Open MPI 4.1 reports none,
+    // which capped tags at 32767 (sequence number 128) on split communicators.
+    HPCTRAIN_CHECK_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &flag));
     tag_ub_ = flag ? *static_cast<int*>(attr) : 32767;
   }
   ~MpiTransport() override {
@@ -140,6 +198,13 @@ class MpiTransport final : public Transport {
     return std::make_unique<MpiTransport>(sub);
   }
 
+  std::vector<int> shared_memory_domains() override {
+    return detail::mpi_shared_memory_domains(comm_.get());
+  }
+  std::unique_ptr<SharedSegments> shared_memory(std::size_t bytes_per_rank) override {
+    return detail::mpi_shared_memory(comm_.get(), bytes_per_rank, name());
+  }
+
   bool vendor_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                         ReduceOp op) override {
     HPCTRAIN_REQUIRE(count <= static_cast<std::size_t>(INT32_MAX),
@@ -185,6 +250,43 @@ class MpiTransport final : public Transport {
 };
 
 }  // namespace
+
+namespace detail {
+
+std::vector<int> mpi_shared_memory_domains(MPI_Comm comm) {
+  MPI_Comm shared = MPI_COMM_NULL;
+  int rank = 0, size = 0;
+  HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  HPCTRAIN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  HPCTRAIN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared));
+  CommHandle owner(shared);
+  int leader = rank;
+  HPCTRAIN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared));
+  std::vector<int> domains(static_cast<std::size_t>(size));
+  HPCTRAIN_CHECK_MPI(MPI_Allgather(&leader, 1, MPI_INT, domains.data(), 1, MPI_INT, comm));
+  return domains;
+}
+
+std::unique_ptr<SharedSegments> mpi_shared_memory(MPI_Comm comm, std::size_t bytes_per_rank,
+                                                  const std::string& transport) {
+  int rank = 0, size = 0, shared_size = 0;
+  HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  HPCTRAIN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  MPI_Comm shared = MPI_COMM_NULL;
+  HPCTRAIN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared));
+  CommHandle owner(shared);
+  HPCTRAIN_CHECK_MPI(MPI_Comm_size(shared, &shared_size));
+  // Every rank sees the same answer (a group spanning machines is split on every rank), so
+  // all of them throw together.
+  HPCTRAIN_REQUIRE(shared_size == size,
+                   "shared memory over the '" + transport + "' transport: its " + std::to_string(size) +
+                       " ranks are not all on one machine (this rank shares memory with " +
+                       std::to_string(shared_size) + " of them); HPCTRAIN_RANKS_PER_NODE must not "
+                       "group ranks of different machines into one node");
+  return std::make_unique<MpiSharedSegments>(comm, bytes_per_rank);
+}
+
+}  // namespace detail
 
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm) { return std::make_unique<MpiTransport>(comm); }
 

@@ -39,6 +39,11 @@ void SpinWait::fail(const Request* reqs, std::size_t n) const {
 
 }  // namespace detail
 
+std::unique_ptr<SharedSegments> Transport::shared_memory(std::size_t) {
+  HPCTRAIN_FAIL("the '" + name() + "' transport cannot share memory between ranks (needed by the "
+                "shm and hierarchical all-reduce algorithms)");
+}
+
 std::string WaitPolicy::description() const {
   if (!what.empty()) return what;
   if (op == nullptr) return "collective";

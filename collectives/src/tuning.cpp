@@ -94,7 +94,10 @@ Tuning Tuning::from_environment() {
   t.tree_binomial_max_bytes =
       env_bytes("HPCTRAIN_TREE_BINOMIAL_MAX_BYTES", t.tree_binomial_max_bytes, 0);
   t.spin_polls = env_bytes("HPCTRAIN_SPIN_POLLS", t.spin_polls, 0);
-  t.ranks_per_node = static_cast<int>(env_bytes("HPCTRAIN_RANKS_PER_NODE", static_cast<std::size_t>(t.ranks_per_node), 0));
+  t.ranks_per_node = static_cast<int>(env_bytes("HPCTRAIN_RANKS_PER_NODE", 0, 0));
+  // Below 4 KiB per segment the two barriers of a segment cost more than its copies.
+  t.shm_segment_bytes = env_bytes("HPCTRAIN_SHM_SEGMENT_BYTES", t.shm_segment_bytes, 4096);
+  t.shm_small_max_bytes = env_bytes("HPCTRAIN_SHM_SMALL_MAX_BYTES", t.shm_small_max_bytes, 0);
   if (const char* v = env("HPCTRAIN_TRANSPORT")) t.transport = parse_transport_kind(v, "HPCTRAIN_TRANSPORT");
   t.ucx_reg_min_bytes = env_bytes("HPCTRAIN_UCX_REG_MIN_BYTES", t.ucx_reg_min_bytes, 0);
   t.ucx_reg_max_entries = env_bytes("HPCTRAIN_UCX_REG_MAX_ENTRIES", t.ucx_reg_max_entries, 0);

@@ -451,6 +451,16 @@ class UcxTransport final : public Transport {
     return std::make_unique<UcxTransport>(sub, tuning_);
   }
 
+  // Node shared memory comes from the MPI communicator this transport was built from (UCX has
+  // no portable shared-allocation API): the shm and hierarchical algorithms then move their
+  // intra-node data through an MPI-3 window and their inter-node data through UCX.
+  std::vector<int> shared_memory_domains() override {
+    return detail::mpi_shared_memory_domains(comm_.get());
+  }
+  std::unique_ptr<SharedSegments> shared_memory(std::size_t bytes_per_rank) override {
+    return detail::mpi_shared_memory(comm_.get(), bytes_per_rank, name());
+  }
+
  private:
   struct Peer {
     UcpEndpoint endpoint;

@@ -8,6 +8,8 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -55,7 +57,8 @@ struct Variant {
   const char* name;
   Algorithm algo;
   std::size_t binomial_max_bytes;
-  std::size_t segment_bytes;
+  std::size_t segment_bytes;  ///< ring, tree and shm segments
+  int ranks_per_node = 0;     ///< virtual nodes (hierarchical)
 };
 const Variant kVariants[] = {
     {"ring", Algorithm::ring, 64 << 10, 1 << 20},
@@ -68,7 +71,18 @@ const Variant kVariants[] = {
     // 64-byte segments (below the 4 KiB the environment allows): a 1000-element exchange is
     // dozens of segments, so the receive window wraps many times and the last segment is short.
     {"rabenseifner_small_segments", Algorithm::rabenseifner, 64 << 10, 64},
+    {"shm", Algorithm::shm, 64 << 10, 1 << 20},
+    {"shm_small_segments", Algorithm::shm, 64 << 10, 4096},
+    {"hierarchical", Algorithm::hierarchical, 64 << 10, 4096},
+    {"hierarchical_rpn1", Algorithm::hierarchical, 64 << 10, 4096, 1},
+    {"hierarchical_rpn2", Algorithm::hierarchical, 64 << 10, 4096, 2},
+    {"hierarchical_rpn3", Algorithm::hierarchical, 64 << 10, 4096, 3},
 };
+const Variant& variant_named(const std::string& name) {
+  for (const auto& v : kVariants)
+    if (name == v.name) return v;
+  throw std::invalid_argument("no variant " + name);
+}
 
 Tuning variant_tuning(const Variant& v) {
   Tuning t = test_tuning();
@@ -76,6 +90,8 @@ Tuning variant_tuning(const Variant& v) {
   t.ring_segment_bytes = v.segment_bytes;
   t.tree_segment_bytes = v.segment_bytes;
   t.rabenseifner_segment_bytes = v.segment_bytes;
+  t.shm_segment_bytes = v.segment_bytes;
+  t.ranks_per_node = v.ranks_per_node;
   return t;
 }
 
@@ -147,17 +163,126 @@ TEST_P(LoopbackLarge, OneMebiPlusThreeElements) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllVariants, LoopbackLarge,
-    ::testing::Combine(::testing::Values(kVariants[0], kVariants[3], kVariants[6]), ::testing::Values(2, 3, 5, 16)),
+    ::testing::Combine(::testing::Values(variant_named("ring"), variant_named("tree_double_binary"),
+                                         variant_named("rabenseifner_small_segments"), variant_named("shm"),
+                                         variant_named("hierarchical_rpn2")),
+                       ::testing::Values(2, 3, 5, 16)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
     });
 // Recursive doubling has no segments; at 16 threads its lg p whole-vector exchanges took 85 s
 // on the loaded 2-core CI machine, so it stops at 5 ranks (folding and 2 exchanges).
 INSTANTIATE_TEST_SUITE_P(
-    RecursiveDoubling, LoopbackLarge, ::testing::Combine(::testing::Values(kVariants[5]), ::testing::Values(2, 3, 5)),
+    RecursiveDoubling, LoopbackLarge, ::testing::Combine(::testing::Values(variant_named("recursive_doubling")), ::testing::Values(2, 3, 5)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
     });
+
+// Many back-to-back all-reduces with data that changes every call, checked exactly (int64): a
+// rank that overwrites its shared staging buffer while a peer still reads it (a missing "slot
+// free" barrier or buffer alternation between calls or segments), or reads a peer's buffer
+// before the peer's data is published (a missing release/acquire pair), gives wrong sums here.
+// Small (one-step) and segmented calls alternate, in place and out of place.
+std::size_t shm_stress(Communicator& comm, Algorithm algo, int iterations, std::string* first) {
+  const int p = comm.size(), r = comm.rank();
+  std::size_t bad = 0;
+  std::vector<std::int64_t> in, out;
+  for (int it = 0; it < iterations; ++it) {
+    const std::size_t h = static_cast<std::size_t>(testing::mix(static_cast<std::uint64_t>(it)));
+    // Small: up to 1 KiB (one step); segmented: 8..40 KiB over 4 KiB segments.
+    const std::size_t count = it % 2 ? 1 + h % 128 : 1024 + h % 4096;
+    in.resize(count);
+    out.assign(count, -1);
+    auto value = [&](int rank, std::size_t i) {
+      return static_cast<std::int64_t>((static_cast<std::size_t>(it) * 1000003u + static_cast<std::size_t>(rank) * 7919u +
+                                        i * 31u) % 2000003u) - 1000001;
+    };
+    for (std::size_t i = 0; i < count; ++i) in[i] = value(r, i);
+    const bool in_place = (h >> 20) & 1;
+    std::int64_t* result = in_place ? in.data() : out.data();
+    comm.allreduce(in.data(), result, count, DataType::i64, ReduceOp::sum, algo);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::int64_t want = 0;
+      for (int q = 0; q < p; ++q) want += value(q, i);
+      if (result[i] != want) {
+        if (bad++ == 0 && first)
+          *first = "rank " + std::to_string(r) + " call " + std::to_string(it) + " count " + std::to_string(count) +
+                   " element " + std::to_string(i) + ": got " + std::to_string(result[i]) + ", want " +
+                   std::to_string(want);
+      }
+    }
+  }
+  return bad;
+}
+
+TEST(LoopbackShm, StressBackToBackSmallAndSegmented) {
+  for (const char* name : {"shm_small_segments", "hierarchical_rpn2", "hierarchical_rpn3"}) {
+    const Variant& v = variant_named(name);
+    for (int ranks : {2, 3, 4, 7, 16}) {
+      std::atomic<std::size_t> failures{0};
+      std::string first;
+      std::mutex m;
+      Tuning t = variant_tuning(v);
+      t.shm_small_max_bytes = 1024;
+      run_ranks(ranks, t, [&](Communicator& comm) {
+        std::string mine;
+        failures += shm_stress(comm, v.algo, ranks > 4 ? 300 : 1500, &mine);
+        std::lock_guard<std::mutex> lock(m);
+        if (first.empty()) first = mine;
+      });
+      EXPECT_EQ(failures.load(), 0u) << name << " ranks=" << ranks << ": " << first;
+    }
+  }
+}
+
+TEST(LoopbackShm, ShmOnSeveralVirtualNodesNamesHierarchical) {
+  Tuning t = test_tuning();
+  t.ranks_per_node = 2;
+  std::atomic<int> named{0};
+  run_ranks(4, t, [&](Communicator& comm) {
+    std::int64_t x = 1;
+    try {
+      comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::shm);
+    } catch (const hpctrain::Error& e) {
+      const std::string what = e.what();
+      if (what.find("'shm'") != std::string::npos && what.find("hierarchical") != std::string::npos &&
+          what.find("HPCTRAIN_RANKS_PER_NODE=2") != std::string::npos)
+        ++named;
+      else
+        ADD_FAILURE() << what;
+    }
+    // The communicator still works, and hierarchical runs over the same virtual nodes.
+    comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::hierarchical);
+    EXPECT_EQ(x, 4);
+  });
+  EXPECT_EQ(named.load(), 4);
+}
+
+TEST(LoopbackShm, TimeoutNamesTheMissingPeer) {
+  Tuning t = test_tuning();
+  t.timeout_s = 0.5;
+  std::string message;
+  auto group = make_loopback_group(2);
+  std::thread skipper([&] {
+    Communicator comm(std::move(group[1]), t);
+    std::int64_t x = 1;
+    comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::shm);  // joins the first, skips the second
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  });
+  try {
+    Communicator comm(std::move(group[0]), t);
+    std::int64_t x = 1;
+    comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::shm);
+    comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::shm);
+    ADD_FAILURE() << "the all-reduce completed without rank 1";
+  } catch (const TimeoutError& e) {
+    message = e.what();
+  }
+  skipper.join();
+  EXPECT_NE(message.find("allreduce(shm)"), std::string::npos) << message;
+  EXPECT_NE(message.find("did not complete within 0.5 s"), std::string::npos) << message;
+  EXPECT_NE(message.find("still waiting in node shared memory for: rank 1"), std::string::npos) << message;
+}
 
 TEST(LoopbackCollectives, ReduceScatterAllgatherBroadcastBarrier) {
   for (int ranks : {1, 2, 3, 4, 7, 16}) {

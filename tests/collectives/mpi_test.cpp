@@ -54,6 +54,11 @@ int world_rank_() {
   return r;
 }
 
+/// HPCTRAIN_RANKS_PER_NODE of this run (registered at 1, 2, 3 for the hierarchical path).
+int env_ranks_per_node() { return Tuning::from_environment().ranks_per_node; }
+/// The ranks span several (virtual) nodes: shm must refuse, hierarchical goes across nodes.
+bool several_nodes() { return env_ranks_per_node() > 0 && env_ranks_per_node() < world_size(); }
+
 Communicator make_comm(std::size_t binomial_max, std::size_t segment_bytes) {
   Tuning t;
   t.timeout_s = 120;
@@ -61,6 +66,8 @@ Communicator make_comm(std::size_t binomial_max, std::size_t segment_bytes) {
   t.ring_segment_bytes = segment_bytes;
   t.tree_segment_bytes = segment_bytes;
   t.rabenseifner_segment_bytes = segment_bytes;
+  t.shm_segment_bytes = segment_bytes;
+  t.ranks_per_node = env_ranks_per_node();
   t.ucx_reg_min_bytes = Tuning::from_environment().ucx_reg_min_bytes;
   return Communicator(make_test_transport(t), t);
 }
@@ -102,6 +109,7 @@ class MpiAllreduce : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(MpiAllreduce, MatchesMpiAllreduceAndReference) {
   const Variant v = GetParam();
+  if (v.algo == Algorithm::shm && several_nodes()) GTEST_SKIP() << "shm needs one node (ShmOnSeveralNodesFails)";
   Communicator comm = make_comm(v.binomial_max_bytes, v.segment_bytes);
   const int p = comm.size();
   const std::size_t sizes[] = {0, 1, 7, static_cast<std::size_t>(p - 1), 1000, max_count()};
@@ -140,7 +148,12 @@ std::vector<Variant> variants() {
                          Variant{"automatic", Algorithm::automatic, 64 << 10, 1 << 20},
                          Variant{"recursive_doubling", Algorithm::recursive_doubling, 64 << 10, 1 << 20},
                          Variant{"rabenseifner", Algorithm::rabenseifner, 64 << 10, 1 << 20},
-                         Variant{"rabenseifner_small_segments", Algorithm::rabenseifner, 64 << 10, 16 << 10}};
+                         Variant{"rabenseifner_small_segments", Algorithm::rabenseifner, 64 << 10, 16 << 10},
+
+                         Variant{"shm", Algorithm::shm, 64 << 10, 256 << 10},
+                         Variant{"shm_small_segments", Algorithm::shm, 64 << 10, 16 << 10},
+                         Variant{"hierarchical", Algorithm::hierarchical, 64 << 10, 256 << 10},
+                         Variant{"hierarchical_small_segments", Algorithm::hierarchical, 64 << 10, 16 << 10}};
   if (kVendorAlgorithm) v.push_back(Variant{"mpi", Algorithm::mpi, 64 << 10, 1 << 20});
   return v;
 }
@@ -231,9 +244,14 @@ TEST(MpiCollectives, SoakThousandsOfRandomCollectives) {
   Communicator comm = make_comm(16 << 10, 16 << 10);
   const int p = comm.size();
   std::mt19937_64 rng(2026);  // same sequence on every rank
-  const Algorithm algos[] = {Algorithm::ring, Algorithm::tree, Algorithm::automatic,
+  const Algorithm algos[] = {Algorithm::ring,
+                             Algorithm::tree,
+                             Algorithm::automatic,
                              kVendorAlgorithm ? Algorithm::mpi : Algorithm::ring,
-                             Algorithm::recursive_doubling, Algorithm::rabenseifner};
+                             several_nodes() ? Algorithm::hierarchical : Algorithm::shm,
+                             Algorithm::hierarchical,
+                             Algorithm::recursive_doubling,
+                             Algorithm::rabenseifner};
   constexpr std::size_t kAlgos = sizeof(algos) / sizeof(algos[0]);
   std::size_t mismatches = 0;
   std::string first;
@@ -258,6 +276,68 @@ TEST(MpiCollectives, SoakThousandsOfRandomCollectives) {
   }
   EXPECT_EQ(mismatches, 0u) << first;
   (void)world_rank_;
+}
+
+// Back-to-back small (one-step) and segmented shm / hierarchical all-reduces with data that
+// changes every call, checked exactly (int64). Fails when a rank overwrites its shared staging
+// buffer while a peer still reads it (no "slot free" barrier or buffer alternation between
+// calls or segments) or reads a peer's buffer before it is published (a missing barrier or
+// release/acquire pair): shown by breaking each once (see shm_allreduce.cpp).
+TEST(MpiCollectives, ShmStressBackToBack) {
+  Tuning t;
+  t.timeout_s = 120;
+  t.shm_segment_bytes = 4096;
+  t.shm_small_max_bytes = 1024;
+  t.ranks_per_node = env_ranks_per_node();
+  Communicator comm(make_test_transport(t), t);
+  const int p = comm.size(), r = comm.rank();
+  const int iterations = p > 4 ? 300 : 1500;
+  for (Algorithm algo : {Algorithm::shm, Algorithm::hierarchical}) {
+    if (algo == Algorithm::shm && several_nodes()) continue;
+    std::size_t bad = 0;
+    std::string first;
+    std::vector<std::int64_t> in, out;
+    for (int it = 0; it < iterations; ++it) {
+      const std::size_t h = static_cast<std::size_t>(testing::mix(static_cast<std::uint64_t>(it)));
+      const std::size_t count = it % 2 ? 1 + h % 128 : 1024 + h % 4096;  // 8 B..1 KiB, 8..40 KiB
+      auto value = [&](int rank, std::size_t i) {
+        return static_cast<std::int64_t>((static_cast<std::size_t>(it) * 1000003u +
+                                          static_cast<std::size_t>(rank) * 7919u + i * 31u) % 2000003u) - 1000001;
+      };
+      in.resize(count);
+      out.assign(count, -1);
+      for (std::size_t i = 0; i < count; ++i) in[i] = value(r, i);
+      const bool in_place = (h >> 20) & 1;
+      std::int64_t* result = in_place ? in.data() : out.data();
+      comm.allreduce(in.data(), result, count, DataType::i64, ReduceOp::sum, algo);
+      for (std::size_t i = 0; i < count; ++i) {
+        std::int64_t want = 0;
+        for (int q = 0; q < p; ++q) want += value(q, i);
+        if (result[i] != want && bad++ == 0)
+          first = "call " + std::to_string(it) + " count " + std::to_string(count) + " element " +
+                  std::to_string(i) + ": got " + std::to_string(result[i]) + ", want " + std::to_string(want);
+      }
+    }
+    EXPECT_EQ(bad, 0u) << to_string(algo) << " rank " << r << ": " << first;
+  }
+}
+
+// shm over ranks of several (virtual) nodes is refused on every rank with an error that names
+// the algorithm and points at hierarchical; the communicator keeps working.
+TEST(MpiCollectives, ShmOnSeveralNodesFails) {
+  if (!several_nodes()) GTEST_SKIP() << "one node (run with HPCTRAIN_RANKS_PER_NODE below the rank count)";
+  Communicator comm = make_comm(64 << 10, 1 << 20);
+  std::int64_t x = 1;
+  try {
+    comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::shm);
+    ADD_FAILURE() << "shm ran across nodes";
+  } catch (const hpctrain::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'shm' needs every rank on one node"), std::string::npos) << what;
+    EXPECT_NE(what.find("use 'hierarchical'"), std::string::npos) << what;
+  }
+  comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::hierarchical);
+  EXPECT_EQ(x, comm.size());
 }
 
 }  // namespace

@@ -30,6 +30,9 @@
 namespace hpctrain::coll {
 
 class ProgressEngine;
+namespace detail {
+struct NodeGroup;
+}
 
 /// Handle of a non-blocking collective.
 class Work {
@@ -56,6 +59,7 @@ class Work {
 class Communicator {
  public:
   /// Takes ownership of `transport`; tuning defaults to Tuning::from_environment().
+  /// Collective over the transport's ranks (it finds which ranks share a machine).
   explicit Communicator(std::unique_ptr<Transport> transport);
   Communicator(std::unique_ptr<Transport> transport, Tuning tuning);
   /// Waits for queued non-blocking work, then releases the transport.
@@ -115,8 +119,20 @@ class Communicator {
   void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      Algorithm algo, std::uint64_t seq);
 
+  /// (Virtual) node index of every rank: Tuning::ranks_per_node blocks, or the machines
+  /// (Transport::shared_memory_domains, collective the first time).
+  const std::vector<int>& node_of_rank();
+  /// Largest number of ranks on one node (what choose_allreduce is told).
+  int ranks_per_node();
+  /// The node's sub-transports and shared memory, built on first use (collective: every rank
+  /// calls the same all-reduce with the same algorithm, so every rank builds it at the same call).
+  detail::NodeGroup& node_group(const WaitPolicy& policy);
+
   std::unique_ptr<Transport> transport_;
   Tuning tuning_;
+  std::vector<int> node_of_rank_;              // empty until known
+  int ranks_per_node_ = 0;                     // 0 until known
+  std::unique_ptr<detail::NodeGroup> node_;    // shm / hierarchical state, null until used
   std::vector<std::byte> scratch_;  // reused across calls; one thread at a time (see drain)
   std::uint64_t sequence_ = 0;      // collectives issued so far, for tags and diagnostics
   // Last: destroyed first, so queued work finishes while the members above still exist.

@@ -24,6 +24,22 @@ namespace hpctrain::coll {
 using Tag = std::uint32_t;
 
 /// A posted send or receive. `slot` is the transport's handle, -1 once complete.
+/// Memory that every rank of one transport can load from and store to directly (an MPI-3
+/// shared-memory window, or one heap block when the ranks are threads). Rank r owns
+/// segment(r); each segment holds the bytes_per_rank asked for, page-aligned. Non-copyable;
+/// freeing it (the MPI window) happens in the destructor, only while MPI is up, and never throws.
+class SharedSegments {
+ public:
+  SharedSegments() = default;
+  virtual ~SharedSegments() = default;
+  SharedSegments(const SharedSegments&) = delete;
+  SharedSegments& operator=(const SharedSegments&) = delete;
+  /// Start of rank `rank`'s segment, as this rank addresses it.
+  virtual std::byte* segment(int rank) const noexcept = 0;
+  /// Usable bytes of each segment.
+  virtual std::size_t bytes_per_rank() const noexcept = 0;
+};
+
 struct Request {
   std::int32_t slot = -1;
   std::int32_t peer = -1;
@@ -54,6 +70,19 @@ class Transport {
   /// A new transport over the ranks that passed the same `color`, ordered by (key, rank).
   /// Collective over this transport's ranks.
   virtual std::unique_ptr<Transport> split(int color, int key) = 0;
+
+  /// Which ranks can share memory: element r identifies rank r's machine (equal values: same
+  /// machine). Collective over this transport's ranks. Default: every rank on its own machine.
+  virtual std::vector<int> shared_memory_domains() {
+    std::vector<int> d(static_cast<std::size_t>(size()));
+    for (int r = 0; r < size(); ++r) d[static_cast<std::size_t>(r)] = r;
+    return d;
+  }
+  /// Allocates `bytes_per_rank` bytes per rank that every rank of this transport addresses
+  /// directly. Collective; every rank passes the same size. Throws hpctrain::Error when the
+  /// transport cannot share memory or its ranks are not all on one machine. The memory's
+  /// contents are unspecified until written.
+  virtual std::unique_ptr<SharedSegments> shared_memory(std::size_t bytes_per_rank);
 
   /// The vendor's all-reduce (MPI_Allreduce) when this transport has one; false otherwise.
   /// `send` may equal `recv` (in place).

@@ -15,6 +15,8 @@
 /// | binomial below (bytes)  | HPCTRAIN_TREE_BINOMIAL_MAX_BYTES   | 64 KiB     |
 /// | polls before yielding   | HPCTRAIN_SPIN_POLLS                | 64         |
 /// | ranks per (virtual) node| HPCTRAIN_RANKS_PER_NODE            | 0 (detect) |
+/// | shm staging segment     | HPCTRAIN_SHM_SEGMENT_BYTES         | 1 MiB      |
+/// | shm one-step path up to | HPCTRAIN_SHM_SMALL_MAX_BYTES       | 8 KiB      |
 /// | transport               | HPCTRAIN_TRANSPORT (mpi, ucx)      | mpi        |
 /// | UCX: register from      | HPCTRAIN_UCX_REG_MIN_BYTES         | 0 (off)    |
 /// | UCX: registrations kept | HPCTRAIN_UCX_REG_MAX_ENTRIES       | 256        |
@@ -142,6 +144,15 @@ struct Tuning {
   /// nodes (MPI_COMM_TYPE_SHARED). k > 0: consecutive blocks of k ranks form virtual nodes, so
   /// the multi-node paths can be exercised and benchmarked on one machine.
   int ranks_per_node = 0;
+  /// shm and hierarchical: each rank stages its input through a shared-memory buffer of this
+  /// many bytes (two of them, alternating), so large messages go through in pipelined
+  /// segments, the window stays small, and a segment's copy-in, reduction and copy-out stay in
+  /// cache. Each segment costs two flag waits, which on a loaded machine (a peer descheduled)
+  /// cost far more than the copies: 1 MiB measured faster than 256 KiB there.
+  std::size_t shm_segment_bytes = std::size_t{1} << 20;
+  /// shm: messages up to this size take the one-step path (every rank publishes its input,
+  /// one barrier, every rank reduces all inputs itself); larger ones reduce-scatter + gather.
+  std::size_t shm_small_max_bytes = std::size_t{8} << 10;
 
   /// Transport make_default_transport() builds.
   TransportKind transport = TransportKind::mpi;
