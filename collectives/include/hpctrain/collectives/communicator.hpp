@@ -79,6 +79,17 @@ class Communicator {
   Work iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                   Algorithm algo = Algorithm::automatic);
 
+  /// Reproducible sum: recv[i] = sum over ranks of send[i], with bits that do not depend on the
+  /// rank count, the algorithm or the transport (exact int64 fixed point with one scale per
+  /// `block_elements` elements; scheme and error bound in reproducible_sum.hpp). `algo` carries
+  /// the int64 all-reduce. Blocking. `send == recv` is allowed.
+  void allreduce_reproducible(const float* send, float* recv, std::size_t count,
+                              Algorithm algo = Algorithm::automatic,
+                              std::size_t block_elements = 4096);
+  void allreduce_reproducible(const double* send, double* recv, std::size_t count,
+                              Algorithm algo = Algorithm::automatic,
+                              std::size_t block_elements = 4096);
+
   /// MPI_Reduce_scatter_block semantics: `send` holds size()*recv_count elements; rank r
   /// receives the reduction of block r.
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
