@@ -41,6 +41,12 @@ int set_blas_threads(int threads) {
   return get();
 }
 
+int blas_threads() {
+  using GetThreads = int (*)();
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get ? get() : -1;
+}
+
 Environment::Environment() {
   int argc = 0;
   char* args[] = {nullptr};

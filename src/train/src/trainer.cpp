@@ -155,6 +155,28 @@ class MicroShardGradients {
   std::vector<float> store_, result_;
 };
 
+/// Sets the BLAS thread count for the duration of a run (0: leaves it alone) and restores the
+/// previous count afterwards, so a caller's later BLAS use is not changed behind its back.
+class BlasThreadsOverride {
+ public:
+  explicit BlasThreadsOverride(int threads) {
+    if (threads > 0) {
+      previous_ = blas_threads();
+      now_ = set_blas_threads(threads);
+    }
+  }
+  ~BlasThreadsOverride() {
+    if (previous_ > 0) set_blas_threads(previous_);
+  }
+  BlasThreadsOverride(const BlasThreadsOverride&) = delete;
+  BlasThreadsOverride& operator=(const BlasThreadsOverride&) = delete;
+  /// The count in force (-1: the BLAS is not OpenBLAS; 0: not overridden).
+  int threads() const noexcept { return now_; }
+
+ private:
+  int previous_ = 0, now_ = 0;
+};
+
 /// Number of micro-shards of `batch_size` samples: the last may be shorter.
 std::int64_t micro_shards(std::int64_t batch_size, std::int64_t micro_shard) {
   return (batch_size + micro_shard - 1) / micro_shard;
@@ -437,7 +459,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
 
   // Deterministic mode: BLAS on one thread (its gemm split changes the bits) and whole
   // micro-shards per rank.
-  const int blas_threads = o.deterministic ? set_blas_threads(1) : 0;
+  const BlasThreadsOverride blas_override(o.deterministic ? 1 : 0);
+  const int blas_thread_count = blas_override.threads();
   io::EpochPlan plan(reader.info().count, o.global_batch, rank, comm.size(), o.seed, o.drop_last, /*shuffle=*/true,
                      o.deterministic ? o.micro_shard : 1);
   std::optional<MicroShardGradients> exact;
@@ -489,8 +512,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
                   "fixed-point gradient sum, BLAS threads per rank: %s\n",
                   static_cast<long long>(o.micro_shard),
                   static_cast<long long>(micro_shards(o.global_batch, o.micro_shard)),
-                  blas_threads < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"
-                                   : std::to_string(blas_threads).c_str());
+                  blas_thread_count < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"
+                                   : std::to_string(blas_thread_count).c_str());
     }
     std::fflush(stdout);
   }

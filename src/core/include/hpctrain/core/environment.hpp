@@ -24,6 +24,8 @@ void choose_openblas_kernels(char** argv);
 /// not OpenBLAS (nothing done). Deterministic training uses 1: OpenBLAS splits a gemm by thread
 /// count, and the split changes the bits.
 int set_blas_threads(int threads);
+/// The BLAS library's current thread count (OpenBLAS), or -1 when the BLAS is not OpenBLAS.
+int blas_threads();
 
 class Environment {
  public:
