@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "hpctrain/collectives/communicator.hpp"
@@ -238,7 +239,19 @@ void reproducible(Communicator& comm, const T* send, T* recv, std::size_t count,
   HPCTRAIN_REQUIRE(block_elements >= 1, "allreduce_reproducible: block_elements must be at least 1");
   HPCTRAIN_REQUIRE(count == 0 || (send != nullptr && recv != nullptr),
                    "allreduce_reproducible: null buffer with count " + std::to_string(count));
-  auto sum = ReproducibleSum<T>::with_uniform_blocks(count, block_elements, comm.size());
+  // The accumulator (8 bytes per element) is kept per thread for the next call of the same
+  // layout: a fresh multi-megabyte allocation each call costs its page faults every time (on
+  // this VM, 8 ms for 2 MiB, 30x the all-reduce itself).
+  thread_local std::optional<ReproducibleSum<T>> cached;
+  if (!cached || cached->count() != count || cached->total_terms() != comm.size() ||
+      cached->block_ends().size() != (count + block_elements - 1) / block_elements + (count == 0 ? 1 : 0) ||
+      (count > 0 && cached->block_ends().front() != std::min(count, block_elements))) {
+    cached.reset();
+    cached.emplace(ReproducibleSum<T>::with_uniform_blocks(count, block_elements, comm.size()));
+  } else {
+    cached->reset();
+  }
+  ReproducibleSum<T>& sum = *cached;
   sum.observe(send);
   sum.agree_scales(comm);
   sum.add(send);

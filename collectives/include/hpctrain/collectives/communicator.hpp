@@ -82,7 +82,8 @@ class Communicator {
   /// Reproducible sum: recv[i] = sum over ranks of send[i], with bits that do not depend on the
   /// rank count, the algorithm or the transport (exact int64 fixed point with one scale per
   /// `block_elements` elements; scheme and error bound in reproducible_sum.hpp). `algo` carries
-  /// the int64 all-reduce. Blocking. `send == recv` is allowed.
+  /// the int64 all-reduce. Blocking. `send == recv` is allowed. The int64 accumulator is kept
+  /// per calling thread and reused by the next call with the same layout.
   void allreduce_reproducible(const float* send, float* recv, std::size_t count,
                               Algorithm algo = Algorithm::automatic,
                               std::size_t block_elements = 4096);

@@ -91,6 +91,7 @@ class ReproducibleSum {
   void reset();
 
   std::size_t count() const noexcept { return count_; }
+  std::int64_t total_terms() const noexcept { return total_terms_; }
   std::size_t blocks() const noexcept { return block_ends_.size(); }
   const std::vector<std::size_t>& block_ends() const noexcept { return block_ends_; }
   /// s_b after agree_scales (the fixed-point unit of block b is 2^-s_b).
