@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/collectives/reproducible_sum.hpp"
 #include "hpctrain/collectives/transport.hpp"
 #include "hpctrain/collectives/tuning.hpp"
 #include "hpctrain/collectives/types.hpp"
@@ -86,10 +87,10 @@ class Communicator {
   /// per calling thread and reused by the next call with the same layout.
   void allreduce_reproducible(const float* send, float* recv, std::size_t count,
                               Algorithm algo = Algorithm::automatic,
-                              std::size_t block_elements = 4096);
+                              std::size_t block_elements = kReproducibleBlockElements);
   void allreduce_reproducible(const double* send, double* recv, std::size_t count,
                               Algorithm algo = Algorithm::automatic,
-                              std::size_t block_elements = 4096);
+                              std::size_t block_elements = kReproducibleBlockElements);
 
   /// MPI_Reduce_scatter_block semantics: `send` holds size()*recv_count elements; rank r
   /// receives the reduction of block r.
