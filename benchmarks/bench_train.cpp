@@ -3,10 +3,13 @@
 //
 //   mpirun -n P build/bin/bench_train [--models=mlp,cnn] [--steps=N] [--warmup=N] [--iters=N]
 //          [--global_batch=128] [--epochs=N [--max_steps=N]] [--data=TRAIN.h5] [--eval_data=TEST.h5]
-//          [--lr=0.05] [--momentum=0.9] [--seed=42] [--algo=auto] [Google Benchmark flags]
+//          [--lr=0.05] [--momentum=0.9] [--seed=42] [--algo=auto] [--deterministic=0|1|0,1]
+//          [--micro_shard=16] [Google Benchmark flags]
 //
-// One benchmark per model, `train/<model>/P:<ranks>` (Google Benchmark appends
-// `/iterations:N/manual_time`). One iteration = one call of hpctrain::train::run_training — the
+// One benchmark per model and deterministic setting, `train/<model>/P:<ranks>` and, with
+// --deterministic=1 (or 0,1: both, in the same run), `train/<model>/P:<ranks>/deterministic`
+// (`hpctrain train --deterministic --micro-shard N`; docs/deterministic.md). Google Benchmark
+// appends `/iterations:N/manual_time`. One iteration = one call of hpctrain::train::run_training — the
 // code `hpctrain train` runs: HDF5 reader with prefetch, forward/backward, bucketed overlapped
 // gradient all-reduce, SGD — from a freshly built model (same seed, so iterations repeat the
 // same run). Every rank runs the same number of iterations and, inside each, the same number
@@ -82,6 +85,8 @@ struct Options {
   double lr = 0.05, momentum = 0.9;
   std::uint64_t seed = 42;
   std::string algo = "auto";
+  std::vector<bool> deterministic{false};
+  std::int64_t micro_shard = 16;
 };
 
 double parse_real(const std::string& text, const std::string& what) {
@@ -123,6 +128,16 @@ Options parse_options(int& argc, char** argv) {
   if (auto v = take_flag(argc, argv, "momentum")) o.momentum = parse_real(*v, "momentum");
   if (auto v = take_flag(argc, argv, "seed")) o.seed = static_cast<std::uint64_t>(parse_count(*v, "seed", 0));
   if (auto v = take_flag(argc, argv, "algo")) o.algo = *v;
+  if (auto v = flag_or_env(take_flag(argc, argv, "deterministic"), "HPCTRAIN_BENCH_DETERMINISTIC")) {
+    o.deterministic.clear();
+    std::stringstream list(*v);
+    for (std::string item; std::getline(list, item, ',');) {
+      HPCTRAIN_REQUIRE(item == "0" || item == "1", "deterministic='" + *v + "': expected 0, 1 or 0,1");
+      o.deterministic.push_back(item == "1");
+    }
+    HPCTRAIN_REQUIRE(!o.deterministic.empty(), "deterministic='" + *v + "' names no setting");
+  }
+  if (auto v = take_flag(argc, argv, "micro_shard")) o.micro_shard = parse_count(*v, "micro_shard", 1);
   HPCTRAIN_REQUIRE(o.steps > 0 || o.epochs > 0, "steps=0 needs epochs=N (epochs mode)");
   if (o.steps > 0) o.epochs = 0;  // steps mode wins
   return o;
@@ -151,9 +166,11 @@ double process_cpu_s() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-void bench_training(benchmark::State& state, const Options& o, const std::string& model,
+void bench_training(benchmark::State& state, const Options& o, const std::string& model, bool deterministic,
                     Communicator& comm) {
   hpctrain::train::TrainOptions t;
+  t.deterministic = deterministic;
+  t.micro_shard = o.micro_shard;
   t.model = nlohmann::json{{"name", model}};
   t.data = o.data;
   t.global_batch = o.global_batch;
@@ -209,6 +226,7 @@ void bench_training(benchmark::State& state, const Options& o, const std::string
   state.counters["data_frac"] = benchmark::Counter(last.data_wait_s / run_s);
   state.counters["cpu_util"] = benchmark::Counter(cpu_util);
   state.counters["final_loss"] = benchmark::Counter(last.final_train_loss);
+  state.counters["deterministic"] = benchmark::Counter(deterministic ? 1 : 0);
   if (const double flop = train_flop_per_sample(model); flop > 0) {
     state.counters["gflop_per_s"] = benchmark::Counter(rate * flop * 1e-9);
   }
@@ -217,7 +235,7 @@ void bench_training(benchmark::State& state, const Options& o, const std::string
     state.counters["test_loss"] = benchmark::Counter(last.eval.loss);
     state.counters["epochs"] = benchmark::Counter(static_cast<double>(last.epochs_completed));
   }
-  state.SetLabel(model + " P=" + std::to_string(comm.size()) + " B=" + std::to_string(o.global_batch) +
+  state.SetLabel(model + (deterministic ? " deterministic micro_shard=" + std::to_string(o.micro_shard) : "") + " P=" + std::to_string(comm.size()) + " B=" + std::to_string(o.global_batch) +
                  (o.epochs > 0 ? " epochs=" + std::to_string(o.epochs) +
                                      (o.max_steps > 0 ? " max_steps=" + std::to_string(o.max_steps) : "")
                                : " steps=" + std::to_string(o.steps)));
@@ -231,13 +249,16 @@ int run(int& argc, char** argv) {
     if (o.epochs > 0 && o.eval_data.empty()) o.eval_data = hpctrain::io::ensure_fashion_mnist("test", comm);
   }
   for (const std::string& model : o.models) {
-    const std::string name = "train/" + model + "/P:" + std::to_string(comm.size());
-    benchmark::RegisterBenchmark(name.c_str(), [&o, model, &comm](benchmark::State& s) {
-      bench_training(s, o, model, comm);
-    })
-        ->Iterations(o.iters)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    for (const bool deterministic : o.deterministic) {
+      const std::string name =
+          "train/" + model + "/P:" + std::to_string(comm.size()) + (deterministic ? "/deterministic" : "");
+      benchmark::RegisterBenchmark(name.c_str(), [&o, model, deterministic, &comm](benchmark::State& s) {
+        bench_training(s, o, model, deterministic, comm);
+      })
+          ->Iterations(o.iters)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   return hpctrain::bench::run_benchmarks(argc, argv, MPI_COMM_WORLD) ? 0 : 1;
 }

@@ -55,14 +55,16 @@ std::vector<std::int64_t> epoch_permutation(std::int64_t count, std::uint64_t se
 }
 
 EpochPlan::EpochPlan(std::int64_t count, std::int64_t global_batch, int rank, int world,
-                     std::uint64_t seed, bool drop_last, bool shuffle)
+                     std::uint64_t seed, bool drop_last, bool shuffle, std::int64_t granule)
     : count_(count),
       global_batch_(global_batch),
       rank_(rank),
       world_(world),
       seed_(seed),
       drop_last_(drop_last),
-      shuffle_(shuffle) {
+      shuffle_(shuffle),
+      granule_(granule) {
+  HPCTRAIN_REQUIRE(granule >= 1, fmt::format("EpochPlan: granule {} must be at least 1", granule));
   HPCTRAIN_REQUIRE(count >= 0, fmt::format("EpochPlan: sample count {} is negative", count));
   HPCTRAIN_REQUIRE(global_batch >= 1,
                    fmt::format("EpochPlan: global batch {} must be at least 1", global_batch));
@@ -93,8 +95,9 @@ RankSlice EpochPlan::rank_slice(std::int64_t batch, int rank) const {
   HPCTRAIN_REQUIRE(rank >= 0 && rank < world_,
                    fmt::format("EpochPlan: rank {} is not in [0, {})", rank, world_));
   const std::int64_t b = global_batch_size(batch);
-  const std::int64_t begin = b * rank / world_;
-  const std::int64_t end = b * (rank + 1) / world_;
+  const std::int64_t granules = (b + granule_ - 1) / granule_;
+  const std::int64_t begin = std::min(b, granules * rank / world_ * granule_);
+  const std::int64_t end = std::min(b, granules * (rank + 1) / world_ * granule_);
   return {begin, end - begin};
 }
 

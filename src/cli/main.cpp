@@ -154,6 +154,12 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
                    "skipped) or a step directory. Any rank count can resume any checkpoint")
       ->capture_default_str();
   train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
+  train.add_flag("--deterministic", o.deterministic,
+                 "Bitwise-identical parameters at any rank count and across resumes at another rank count: "
+                 "fixed micro-shards, exact fixed-point gradient sum, BLAS on one thread (docs/deterministic.md)");
+  train.add_option("--micro-shard", o.micro_shard,
+                   "--deterministic: samples per micro-shard (the unit of work a rank computes on its own)")
+      ->capture_default_str();
   train.add_flag("--quiet", o.quiet, "Only errors");
 }
 

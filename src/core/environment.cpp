@@ -31,6 +31,22 @@ void choose_openblas_kernels(char** argv) {
   execv("/proc/self/exe", argv);  // returns only on failure: carry on with the slow kernels
 }
 
+int set_blas_threads(int threads) {
+  using SetThreads = void (*)(int);
+  using GetThreads = int (*)();
+  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (!set || !get) return -1;
+  set(threads);
+  return get();
+}
+
+int blas_threads() {
+  using GetThreads = int (*)();
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get ? get() : -1;
+}
+
 Environment::Environment() {
   int argc = 0;
   char* args[] = {nullptr};

@@ -122,6 +122,36 @@ TEST(EpochPlan, RankSharesConcatenateToTheSingleRankBatch) {
   }
 }
 
+TEST(EpochPlan, GranulesAreWholeAndTileTheBatch) {
+  // B = 40, granule 8 (5 granules) over P = 3: granules [0,1), [1,3), [3,5) -> positions
+  // [0,8), [8,24), [24,40). A last batch of 21 (granules of 8, 8, 5) over P = 2: [0,8), [8,21).
+  const std::vector<io::RankSlice> expected = {{0, 8}, {8, 16}, {24, 16}};
+  for (int r = 0; r < 3; ++r) {
+    io::EpochPlan p(101, 40, r, 3, 1, false, true, 8);
+    EXPECT_EQ(p.rank_slice(0).offset, expected[r].offset) << r;
+    EXPECT_EQ(p.rank_slice(0).count, expected[r].count) << r;
+  }
+  io::EpochPlan last(101, 40, 0, 2, 1, false, true, 8);
+  EXPECT_EQ(last.global_batch_size(2), 21);
+  EXPECT_EQ(last.rank_slice(2, 0).offset, 0);
+  EXPECT_EQ(last.rank_slice(2, 0).count, 8);
+  EXPECT_EQ(last.rank_slice(2, 1).offset, 8);
+  EXPECT_EQ(last.rank_slice(2, 1).count, 13);
+  // Every P from 1 to 7: shares start on granule boundaries and concatenate to the batch.
+  for (int world = 1; world <= 7; ++world) {
+    std::int64_t next = 0;
+    for (int r = 0; r < world; ++r) {
+      io::EpochPlan p(101, 40, r, world, 1, false, true, 8);
+      const auto s = p.rank_slice(0);
+      EXPECT_EQ(s.offset, next);
+      EXPECT_EQ(s.offset % 8, 0);
+      next = s.offset + s.count;
+    }
+    EXPECT_EQ(next, 40);
+  }
+  EXPECT_THROW(io::EpochPlan(10, 4, 0, 1, 0, false, true, 0), hpctrain::Error);
+}
+
 TEST(EpochPlan, UnevenSplitIsFloorBased) {
   // B = 10 over P = 4: floor(r*10/4) gives offsets 0, 2, 5, 7 and counts 2, 3, 2, 3.
   const std::vector<io::RankSlice> expected = {{0, 2}, {2, 3}, {5, 2}, {7, 3}};

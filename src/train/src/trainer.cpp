@@ -14,6 +14,8 @@
 #include <string>
 
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/reproducible_sum.hpp"
+#include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/loss.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/core/tensor.hpp"
@@ -44,6 +46,7 @@ void validate(const TrainOptions& o) {
   HPCTRAIN_REQUIRE(o.optimizer == "sgd" || o.optimizer == "adamw",
                    "--optimizer: unknown optimiser '" + o.optimizer + "' (expected sgd or adamw)");
   HPCTRAIN_REQUIRE(o.prefetch_depth >= 1, "--prefetch must be at least 1");
+  HPCTRAIN_REQUIRE(o.micro_shard >= 1, "--micro-shard must be at least 1, got " + std::to_string(o.micro_shard));
 }
 
 std::unique_ptr<core::Optimizer<float>> make_optimizer(const TrainOptions& o, double lr) {
@@ -76,7 +79,148 @@ struct DeviceBatch {
         b.labels.data(), b.count);
     Kokkos::deep_copy(labels, host);
   }
+
+  /// Rows [first, first + rows) of `b` only (one micro-shard).
+  void load_rows(const io::Batch& b, std::size_t first, std::size_t rows, const core::Shape& sample_shape) {
+    std::int64_t per_sample = 1;
+    for (auto d : sample_shape) per_sample *= d;
+    core::Shape shape{static_cast<std::int64_t>(rows)};
+    shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+    core::ensure_shape(x, "hpctrain::batch::x", shape);
+    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> samples(
+        b.samples.data() + first * static_cast<std::size_t>(per_sample), rows * static_cast<std::size_t>(per_sample));
+    Kokkos::deep_copy(x.data, samples);
+    if (labels.extent(0) != rows) labels = core::Labels("hpctrain::batch::labels", rows);
+    Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
+        b.labels.data() + first, rows);
+    Kokkos::deep_copy(labels, host);
+  }
 };
+
+/// Deterministic mode's gradient path. Each micro-shard's gradient is copied out of the model's
+/// gradient buffer as a term of an exact fixed-point sum (coll::ReproducibleSum, one scale per
+/// parameter tensor); at the optimiser step the terms of the whole step (all micro-batches of
+/// an accumulation group) are summed exactly over the ranks and written back. The sum depends
+/// only on the set of micro-shards, which the global batch fixes, never on the rank count.
+class MicroShardGradients {
+ public:
+  explicit MicroShardGradients(const models::Sequential<float>& model)
+      : count_(static_cast<std::size_t>(model.parameter_count())) {
+    auto info = model.parameter_info();
+    std::sort(info.begin(), info.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+    for (const auto& p : info) {
+      const auto end = static_cast<std::size_t>(p.offset + p.count);
+      if (p.count > 0 && (block_ends_.empty() || end > block_ends_.back())) block_ends_.push_back(end);
+    }
+    if (block_ends_.empty() || block_ends_.back() != count_) block_ends_.push_back(count_);
+  }
+  MicroShardGradients(const MicroShardGradients&) = delete;
+  MicroShardGradients& operator=(const MicroShardGradients&) = delete;
+
+  /// Starts a step whose gradient is the sum of `total_terms` micro-shards over all ranks.
+  void begin_step(std::int64_t total_terms) {
+    if (!sum_ || total_terms != total_terms_) {
+      sum_.emplace(count_, block_ends_, total_terms);
+      total_terms_ = total_terms;
+    } else {
+      sum_->reset();
+    }
+    terms_ = 0;
+  }
+  /// After one micro-shard's backward (the gradient buffer holds only its gradient).
+  void collect(const core::Vec<float>& grads) {
+    if (store_.size() < (terms_ + 1) * count_) store_.resize((terms_ + 1) * count_);
+    float* slot = store_.data() + terms_ * count_;
+    Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(slot, count_);
+    Kokkos::deep_copy(host, grads);
+    sum_->observe(slot);
+    ++terms_;
+  }
+  /// Collective: the exact sum over all ranks' micro-shards, written into `grads`.
+  void finish(coll::Communicator& comm, const core::Vec<float>& grads, coll::Algorithm algo) {
+    sum_->agree_scales(comm);
+    for (std::size_t t = 0; t < terms_; ++t) sum_->add(store_.data() + t * count_);
+    result_.resize(count_);
+    sum_->finish(comm, result_.data(), algo);
+    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(result_.data(), count_);
+    Kokkos::deep_copy(grads, host);
+  }
+
+ private:
+  std::size_t count_;
+  std::vector<std::size_t> block_ends_;
+  std::optional<coll::ReproducibleSum<float>> sum_;
+  std::int64_t total_terms_ = 0;
+  std::size_t terms_ = 0;
+  std::vector<float> store_, result_;
+};
+
+/// Sets the BLAS thread count for the duration of a run (0: leaves it alone) and restores the
+/// previous count afterwards, so a caller's later BLAS use is not changed behind its back.
+class BlasThreadsOverride {
+ public:
+  explicit BlasThreadsOverride(int threads) {
+    if (threads > 0) {
+      previous_ = blas_threads();
+      now_ = set_blas_threads(threads);
+    }
+  }
+  ~BlasThreadsOverride() {
+    if (previous_ > 0) set_blas_threads(previous_);
+  }
+  BlasThreadsOverride(const BlasThreadsOverride&) = delete;
+  BlasThreadsOverride& operator=(const BlasThreadsOverride&) = delete;
+  /// The count in force (-1: the BLAS is not OpenBLAS; 0: not overridden).
+  int threads() const noexcept { return now_; }
+
+ private:
+  int previous_ = 0, now_ = 0;
+};
+
+/// Number of micro-shards of `batch_size` samples: the last may be shorter.
+std::int64_t micro_shards(std::int64_t batch_size, std::int64_t micro_shard) {
+  return (batch_size + micro_shard - 1) / micro_shard;
+}
+
+/// Deterministic evaluation: the test set is cut into fixed batches of 256 (as on one rank);
+/// rank r evaluates batches r, r + P, ...; every batch's loss sum and correct count go to its
+/// own slot, the slots are all-reduced (one non-zero term per slot: exact) and summed in batch
+/// order, so loss and accuracy do not depend on P.
+EvalResult evaluate_deterministic(models::Sequential<float>& model, const io::DatasetReader& reader,
+                                  coll::Communicator& comm) {
+  const std::int64_t n = reader.info().count;
+  io::EpochPlan plan(n, 256, 0, 1, 0, /*drop_last=*/false, /*shuffle=*/false);
+  const std::int64_t batches = plan.batches_per_epoch();
+  std::vector<double> loss(static_cast<std::size_t>(batches), 0.0);
+  std::vector<std::int64_t> correct(static_cast<std::size_t>(batches), 0);
+  DeviceBatch device;
+  core::Tensor<float> dlogits;
+  for (std::int64_t b = comm.rank(); b < batches; b += comm.size()) {
+    io::Batch batch = io::read_batch(reader, plan, 0, b);
+    if (batch.count == 0) continue;
+    device.load(batch, model.input_shape());
+    core::Tensor<float> logits = model.forward(device.x, /*train=*/false);
+    core::ensure_shape(dlogits, "hpctrain::eval::dlogits", logits.shape);
+    const auto rows = static_cast<std::int64_t>(batch.count);
+    loss[static_cast<std::size_t>(b)] = core::softmax_cross_entropy(logits, device.labels, rows, dlogits) * static_cast<double>(rows);
+    correct[static_cast<std::size_t>(b)] = core::count_correct(logits, device.labels);
+  }
+  comm.allreduce(loss.data(), loss.size(), coll::ReduceOp::sum);
+  comm.allreduce(correct.data(), correct.size(), coll::ReduceOp::sum);
+  EvalResult r;
+  r.samples = n;
+  double loss_sum = 0.0;
+  std::int64_t right = 0;
+  for (std::size_t b = 0; b < loss.size(); ++b) {
+    loss_sum += loss[b];
+    right += correct[b];
+  }
+  if (n > 0) {
+    r.loss = loss_sum / static_cast<double>(n);
+    r.accuracy = static_cast<double>(right) / static_cast<double>(n);
+  }
+  return r;
+}
 
 EvalResult evaluate(models::Sequential<float>& model, const io::DatasetReader& reader, coll::Communicator& comm) {
   const std::int64_t n = reader.info().count;
@@ -159,9 +303,16 @@ void agree_with_rank0(coll::Communicator& comm, const std::string& error) {
 /// What must match between a checkpoint and the run that resumes from it, so the sample
 /// sequence and the model are the same.
 nlohmann::json run_identity(const TrainOptions& o, std::int64_t samples) {
-  return {{"model", o.model},       {"global_batch", o.global_batch}, {"accumulate", o.accumulate},
-          {"seed", o.seed},         {"drop_last", o.drop_last},       {"optimizer", o.optimizer},
-          {"data_samples", samples}};
+  nlohmann::json id = {{"model", o.model},       {"global_batch", o.global_batch}, {"accumulate", o.accumulate},
+                       {"seed", o.seed},         {"drop_last", o.drop_last},       {"optimizer", o.optimizer},
+                       {"data_samples", samples}};
+  // Only deterministic runs add these, so checkpoints of ordinary runs keep resuming as before;
+  // a deterministic run resumes only a deterministic checkpoint with the same micro-shards.
+  if (o.deterministic) {
+    id["deterministic"] = true;
+    id["micro_shard"] = o.micro_shard;
+  }
+  return id;
 }
 
 struct HostState {
@@ -306,7 +457,16 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   DataParallel dp(comm, *model, o.parallel, &timeline);
   dp.broadcast_parameters();
 
-  io::EpochPlan plan(reader.info().count, o.global_batch, rank, comm.size(), o.seed, o.drop_last);
+  // Deterministic mode: BLAS on one thread (its gemm split changes the bits) and whole
+  // micro-shards per rank.
+  const BlasThreadsOverride blas_override(o.deterministic ? 1 : 0);
+  const int blas_thread_count = blas_override.threads();
+  io::EpochPlan plan(reader.info().count, o.global_batch, rank, comm.size(), o.seed, o.drop_last, /*shuffle=*/true,
+                     o.deterministic ? o.micro_shard : 1);
+  std::optional<MicroShardGradients> exact;
+  if (o.deterministic) exact.emplace(*model);
+  std::vector<double> group_losses;  // deterministic: one slot per micro-shard of the step
+  std::int64_t group_term_base = 0;
   const std::int64_t batches = plan.batches_per_epoch();
   HPCTRAIN_REQUIRE(batches > 0, "--global-batch " + std::to_string(o.global_batch) + " is larger than the " +
                                     std::to_string(reader.info().count) + " samples of '" + o.data +
@@ -347,6 +507,14 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
     std::printf("hpctrain: data '%s' (%lld samples), %zu gradient buckets, lr %.4g (%s schedule)\n", o.data.c_str(),
                 static_cast<long long>(reader.info().count), dp.buckets().size(), schedule.base_lr,
                 to_string(schedule.kind).c_str());
+    if (o.deterministic) {
+      std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), exact "
+                  "fixed-point gradient sum, BLAS threads per rank: %s\n",
+                  static_cast<long long>(o.micro_shard),
+                  static_cast<long long>(micro_shards(o.global_batch, o.micro_shard)),
+                  blas_thread_count < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"
+                                   : std::to_string(blas_thread_count).c_str());
+    }
     std::fflush(stdout);
   }
 
@@ -388,11 +556,41 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
         for (std::int64_t g = b; g < group_end; ++g) divisor += plan.global_batch_size(g);
         step_loss = 0.0;
         step_samples = 0;
+        if (exact) {
+          std::int64_t terms = 0;
+          for (std::int64_t g = b; g < group_end; ++g) terms += micro_shards(plan.global_batch_size(g), o.micro_shard);
+          exact->begin_step(terms);
+          group_losses.assign(static_cast<std::size_t>(terms), 0.0);
+          group_term_base = 0;
+        }
       }
       const bool sync = micro == o.accumulate - 1 || b == batches - 1;
-      dp.begin_step(sync);
+      if (!exact) dp.begin_step(sync);
       Clock::time_point backward_end = t_compute;
-      if (batch->count > 0) {
+      if (exact) {
+        // This rank's whole micro-shards of batch b, each forward/backward on its own.
+        const io::RankSlice slice = plan.rank_slice(b);
+        const auto m = static_cast<std::size_t>(o.micro_shard);
+        for (std::size_t first = 0; first < batch->count; first += m) {
+          const std::size_t rows = std::min(m, batch->count - first);
+          device.load_rows(*batch, first, rows, model->input_shape());
+          model->zero_gradients();
+          model->set_rng_position(static_cast<std::uint64_t>(step), epoch * reader.info().count +
+                                                                       b * o.global_batch + slice.offset +
+                                                                       static_cast<std::int64_t>(first));
+          core::Tensor<float> logits = model->forward(device.x, /*train=*/true);
+          core::ensure_shape(dlogits, "hpctrain::train::dlogits", logits.shape);
+          const auto term = static_cast<std::size_t>(group_term_base + (slice.offset + static_cast<std::int64_t>(first)) /
+                                                                           o.micro_shard);
+          group_losses[term] = core::softmax_cross_entropy(logits, device.labels, divisor, dlogits);
+          model->backward(dlogits, false);
+          exact->collect(model->gradient_buffer());
+        }
+        group_term_base += micro_shards(plan.global_batch_size(b), o.micro_shard);
+        Kokkos::fence();
+        backward_end = Clock::now();
+        if (record) timeline.add(Span{"micro-shards forward/backward", "compute", 0, t_compute, backward_end});
+      } else if (batch->count > 0) {
         device.load(*batch, model->input_shape());
         model->set_rng_position(static_cast<std::uint64_t>(step),
                                 epoch * reader.info().count + b * o.global_batch + plan.rank_slice(b).offset);
@@ -408,7 +606,19 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
       }
       step_samples += plan.global_batch_size(b);
       const auto t_wait = Clock::now();
-      const double waited = dp.finish();
+      double waited = exact ? 0.0 : dp.finish();
+      if (exact && sync) {
+        const auto t_sum = Clock::now();
+        exact->finish(comm, model->gradient_buffer(), o.parallel.algorithm);
+        // The step's loss: one slot per micro-shard, exact all-reduce (one non-zero term per
+        // slot), summed in micro-shard order; counted once (on rank 0) in the window sum below.
+        comm.allreduce(group_losses.data(), group_losses.size(), coll::ReduceOp::sum);
+        double total = 0.0;
+        for (double l : group_losses) total += l;
+        step_loss = rank == 0 ? total : 0.0;
+        waited = seconds(t_sum, Clock::now());
+        if (record) timeline.add(Span{"exact gradient sum", "allreduce", 0, t_sum, Clock::now()});
+      }
       comm_s += waited;
       if (sync) {
         for (const auto& [started, finished] : dp.last_step_spans()) {
@@ -489,7 +699,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
     result.epochs_completed = epoch + 1;
     if (eval_reader) {
       const auto t_eval = Clock::now();
-      result.eval = evaluate(*model, *eval_reader, comm);
+      result.eval = o.deterministic ? evaluate_deterministic(*model, *eval_reader, comm)
+                                    : evaluate(*model, *eval_reader, comm);
       if (step - first_step >= o.warmup_steps_for_throughput) eval_after_warmup_s += seconds(t_eval, Clock::now());
       if (chatty) {
         std::printf("epoch %lld/%lld  test loss %.4f  test accuracy %.2f%% (%lld samples)\n",

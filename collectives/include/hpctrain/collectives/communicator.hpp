@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/collectives/reproducible_sum.hpp"
 #include "hpctrain/collectives/transport.hpp"
 #include "hpctrain/collectives/tuning.hpp"
 #include "hpctrain/collectives/types.hpp"
@@ -82,6 +83,18 @@ class Communicator {
   /// Non-blocking allreduce; buffers must stay valid and untouched until wait() returns.
   Work iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                   Algorithm algo = Algorithm::automatic);
+
+  /// Reproducible sum: recv[i] = sum over ranks of send[i], with bits that do not depend on the
+  /// rank count, the algorithm or the transport (exact int64 fixed point with one scale per
+  /// `block_elements` elements; scheme and error bound in reproducible_sum.hpp). `algo` carries
+  /// the int64 all-reduce. Blocking. `send == recv` is allowed. The int64 accumulator is kept
+  /// per calling thread and reused by the next call with the same layout.
+  void allreduce_reproducible(const float* send, float* recv, std::size_t count,
+                              Algorithm algo = Algorithm::automatic,
+                              std::size_t block_elements = kReproducibleBlockElements);
+  void allreduce_reproducible(const double* send, double* recv, std::size_t count,
+                              Algorithm algo = Algorithm::automatic,
+                              std::size_t block_elements = kReproducibleBlockElements);
 
   /// MPI_Reduce_scatter_block semantics: `send` holds size()*recv_count elements; rank r
   /// receives the reduction of block r.

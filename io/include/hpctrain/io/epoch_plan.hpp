@@ -21,6 +21,10 @@
 /// B_b the rank shares differ by at most one sample (and a rank can get none when B_b < P).
 /// Concatenating the ranks' shares in rank order gives the global batch exactly, so the samples
 /// of every step, and of the epoch, do not depend on P.
+///
+/// With a granule G > 1 (deterministic training's micro-shards) the batch is cut into
+/// ceil(B_b/G) granules of G positions (the last may be shorter) and rank r takes the whole
+/// granules [floor(r*n/P), floor((r+1)*n/P)), n = ceil(B_b/G). G = 1 is the split above.
 
 #include <cstdint>
 #include <memory>
@@ -61,7 +65,7 @@ class EpochPlan {
  public:
   /// `global_batch` is the batch over all ranks (the unit the user sets), >= 1.
   EpochPlan(std::int64_t count, std::int64_t global_batch, int rank, int world,
-            std::uint64_t seed, bool drop_last, bool shuffle = true);
+            std::uint64_t seed, bool drop_last, bool shuffle = true, std::int64_t granule = 1);
 
   std::int64_t count() const noexcept { return count_; }
   std::int64_t global_batch() const noexcept { return global_batch_; }
@@ -70,6 +74,8 @@ class EpochPlan {
   std::uint64_t seed() const noexcept { return seed_; }
   bool drop_last() const noexcept { return drop_last_; }
   bool shuffle() const noexcept { return shuffle_; }
+  /// Positions per granule of a rank's share (see the file comment); 1 by default.
+  std::int64_t granule() const noexcept { return granule_; }
 
   /// floor(N/B) with drop_last, ceil(N/B) without.
   std::int64_t batches_per_epoch() const noexcept;
@@ -102,6 +108,7 @@ class EpochPlan {
   std::uint64_t seed_;
   bool drop_last_;
   bool shuffle_;
+  std::int64_t granule_;
 
   struct Cache {
     std::mutex mutex;

@@ -19,6 +19,14 @@ namespace hpctrain {
 /// HPCTRAIN_KEEP_BLAS_CORETYPE=1, is respected. Returns (doing nothing) when not applicable.
 void choose_openblas_kernels(char** argv);
 
+/// Sets the BLAS library's thread count at run time (OpenBLAS: openblas_set_num_threads, found
+/// with dlsym so any BLAS links). Returns the count in force afterwards, or -1 when the BLAS is
+/// not OpenBLAS (nothing done). Deterministic training uses 1: OpenBLAS splits a gemm by thread
+/// count, and the split changes the bits.
+int set_blas_threads(int threads);
+/// The BLAS library's current thread count (OpenBLAS), or -1 when the BLAS is not OpenBLAS.
+int blas_threads();
+
 class Environment {
  public:
   Environment();

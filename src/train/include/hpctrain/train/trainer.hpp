@@ -43,6 +43,12 @@ struct TrainOptions {
   std::string timeline_path;    ///< Chrome-trace JSON, all ranks' spans gathered to rank 0
   std::int64_t timeline_steps = 20;  ///< spans of the first N steps only (files stay small)
   std::int64_t warmup_steps_for_throughput = 5;  ///< excluded from samples/s
+  /// Bitwise-identical results at any rank count and across resumes at another rank count
+  /// (docs/deterministic.md): the global batch is cut into micro-shards of `micro_shard`
+  /// samples, each run forward/backward on its own, their gradients summed exactly
+  /// (coll::ReproducibleSum); BLAS runs with one thread; evaluation sums are exact.
+  bool deterministic = false;
+  std::int64_t micro_shard = 16;  ///< samples per micro-shard (deterministic mode)
   bool quiet = false;
   bool keep_parameters = false;  ///< return the final parameters in TrainResult (tests)
 

@@ -1,0 +1,198 @@
+// The reproducible sum over the loopback transport (ranks are threads), 1..16 ranks: the K = 16
+// terms of reproducible_terms.hpp spread over P ranks give the same bits for every P and every
+// algorithm, and stay within the stated error bound of a float64 reference.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/loopback_transport.hpp"
+#include "hpctrain/collectives/reproducible_sum.hpp"
+#include "reproducible_terms.hpp"
+
+namespace hpctrain::coll {
+namespace {
+
+using namespace testing;
+
+void run_ranks(int ranks, const std::function<void(Communicator&)>& fn) {
+  auto group = make_loopback_group(ranks);
+  Tuning tuning;
+  tuning.timeout_s = 60;
+  tuning.ring_segment_bytes = 1024;  // several ring/tree segments even for these small buffers
+  std::vector<std::thread> threads;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Communicator comm(std::move(group[static_cast<std::size_t>(r)]), tuning);
+        fn(comm);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+/// Every rank's result of the K terms split over `ranks` ranks, reduced with `algo`.
+template <class T>
+std::vector<std::vector<T>> sum_terms(int ranks, Algorithm algo, std::vector<int>* scales = nullptr) {
+  std::vector<std::vector<T>> out(static_cast<std::size_t>(ranks));
+  run_ranks(ranks, [&](Communicator& comm) {
+    auto sum = ReproducibleSum<T>::with_uniform_blocks(kCount, kBlock, kTerms);
+    const auto [first, last] = my_terms(comm.rank(), comm.size());
+    std::vector<std::vector<T>> terms;
+    for (int k = first; k < last; ++k) terms.push_back(make_term<T>(k));
+    for (const auto& t : terms) sum.observe(t.data());
+    sum.agree_scales(comm);
+    for (auto it = terms.rbegin(); it != terms.rend(); ++it) sum.add(it->data());  // any order
+    std::vector<T> result(kCount);
+    sum.finish(comm, result.data(), algo);
+    out[static_cast<std::size_t>(comm.rank())] = result;
+    if (scales && comm.rank() == 0) {
+      for (std::size_t b = 0; b < sum.blocks(); ++b) scales->push_back(sum.scale_exponent(b));
+    }
+  });
+  return out;
+}
+
+template <class T>
+void check_identical_everywhere() {
+  std::vector<int> scales;
+  const std::vector<T> first = sum_terms<T>(1, Algorithm::ring, &scales)[0];
+  // Within the stated bound of the float64 reference.
+  const auto ref = reference_sum<T>();
+  // The scales derived independently: s_b = 62 - E_b - ceil(lg K), max |x| in block < 2^E_b.
+  std::vector<int> exponent(scales.size(), std::numeric_limits<int>::min());
+  for (int k = 0; k < kTerms; ++k) {
+    const auto t = make_term<T>(k);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      int e = 0;
+      std::frexp(t[i], &e);
+      exponent[i / kBlock] = std::max(exponent[i / kBlock], e);
+    }
+  }
+  for (std::size_t b = 0; b < scales.size(); ++b) ASSERT_EQ(scales[b], 62 - exponent[b] - 4) << "block " << b;
+  double worst_ratio = 0;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    const std::size_t b = i / kBlock;
+    const int s = 62 - exponent[b] - 4;
+    const double bound = static_cast<double>(kTerms) * std::ldexp(1.0, -s - 1) * (1.0 + std::ldexp(1.0, -20)) +
+                         (std::ldexp(1.0, -std::numeric_limits<T>::digits) + std::ldexp(1.0, -52)) * std::fabs(ref[i]) +
+                         static_cast<double>(std::numeric_limits<T>::denorm_min());
+    const double err = std::fabs(static_cast<double>(first[i]) - ref[i]);
+    ASSERT_LE(err, bound) << "element " << i << " result " << first[i] << " reference " << ref[i];
+    worst_ratio = std::max(worst_ratio, err / bound);
+  }
+  std::printf("worst |error| / bound: %.3g\n", worst_ratio);
+  for (int p = 1; p <= 16; ++p) {
+    for (Algorithm algo : reproducible_algorithms(/*vendor_available=*/false)) {
+      const auto all = sum_terms<T>(p, algo);
+      for (int r = 0; r < p; ++r) {
+        ASSERT_TRUE(same_bits(all[static_cast<std::size_t>(r)], first))
+            << "P=" << p << " rank " << r << " algorithm " << to_string(algo);
+      }
+    }
+  }
+}
+
+TEST(ReproducibleSumLoopback, FloatIdenticalBitsForEveryRankCountAndAlgorithm) { check_identical_everywhere<float>(); }
+TEST(ReproducibleSumLoopback, DoubleIdenticalBitsForEveryRankCountAndAlgorithm) { check_identical_everywhere<double>(); }
+
+// The test above can fail: with an ordinary float all-reduce these terms give different bits
+// for different splits (floating-point addition is not associative).
+TEST(ReproducibleSumLoopback, OrdinaryFloatSumDependsOnTheSplit) {
+  std::vector<float> in_order(kCount, 0.f), reversed(kCount, 0.f);
+  for (int k = 0; k < kTerms; ++k) {
+    const auto t = make_term<float>(k);
+    const auto u = make_term<float>(kTerms - 1 - k);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      in_order[i] += t[i];
+      reversed[i] += u[i];
+    }
+  }
+  EXPECT_FALSE(same_bits(in_order, reversed));
+}
+
+TEST(ReproducibleSumLoopback, CommunicatorCallOneTermPerRank) {
+  // allreduce_reproducible: term r on rank r; every algorithm gives the same bits, within bound.
+  for (int p : {1, 2, 3, 5, 16}) {
+    std::vector<std::vector<float>> results;
+    for (Algorithm algo : reproducible_algorithms(false)) {
+      std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
+      run_ranks(p, [&](Communicator& comm) {
+        auto x = make_term<float>(comm.rank());
+        std::vector<float> y(kCount);
+        comm.allreduce_reproducible(x.data(), y.data(), kCount, algo, kBlock);
+        out[static_cast<std::size_t>(comm.rank())] = y;
+      });
+      for (int r = 1; r < p; ++r) ASSERT_TRUE(same_bits(out[static_cast<std::size_t>(r)], out[0]));
+      results.push_back(out[0]);
+    }
+    for (const auto& r : results) ASSERT_TRUE(same_bits(r, results[0])) << "P=" << p;
+    // The float64 reference and the stated bound, with the block scale derived here
+    // independently: s_b = 62 - E_b - ceil(lg P), max |x| over the block < 2^E_b.
+    std::vector<double> ref(kCount, 0.0);
+    std::vector<int> exponent((kCount + kBlock - 1) / kBlock, std::numeric_limits<int>::min());
+    for (int r = 0; r < p; ++r) {
+      const auto t = make_term<float>(r);
+      for (std::size_t i = 0; i < kCount; ++i) {
+        ref[i] += t[i];
+        int e = 0;
+        std::frexp(t[i], &e);
+        exponent[i / kBlock] = std::max(exponent[i / kBlock], e);
+      }
+    }
+    int headroom = 0;
+    while ((1 << headroom) < p) ++headroom;
+    for (std::size_t i = 0; i < kCount; ++i) {
+      const int s = 62 - exponent[i / kBlock] - headroom;
+      const double bound = p * std::ldexp(1.0, -s - 1) * (1 + std::ldexp(1.0, -20)) +
+                           (std::ldexp(1.0, -24) + std::ldexp(1.0, -52)) * std::fabs(ref[i]);
+      ASSERT_LE(std::fabs(results[0][i] - ref[i]), bound) << "P=" << p << " element " << i;
+    }
+  }
+}
+
+TEST(ReproducibleSumLoopback, NonFiniteBlockIsNaNEverywhere) {
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<double> x(10, 1.0);
+    if (comm.rank() == 1) x[7] = std::numeric_limits<double>::infinity();
+    std::vector<double> y(10);
+    comm.allreduce_reproducible(x.data(), y.data(), x.size(), Algorithm::ring, 5);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(y[static_cast<std::size_t>(i)], 3.0);
+    for (int i = 5; i < 10; ++i) EXPECT_TRUE(std::isnan(y[static_cast<std::size_t>(i)]));
+  });
+}
+
+TEST(ReproducibleSumLoopback, ZeroAndEmpty) {
+  run_ranks(4, [](Communicator& comm) {
+    std::vector<float> x(9, 0.f), y(9, 5.f);
+    comm.allreduce_reproducible(x.data(), y.data(), x.size());
+    for (float v : y) EXPECT_EQ(v, 0.f);
+    comm.allreduce_reproducible(static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 0);
+  });
+}
+
+TEST(ReproducibleSumLoopback, BadLayoutIsRejectedByName) {
+  EXPECT_THROW(ReproducibleSum<float>(10, {4, 3, 10}, 2), Error);
+  EXPECT_THROW(ReproducibleSum<float>(10, {4, 9}, 2), Error);
+  EXPECT_THROW(ReproducibleSum<float>(10, {}, 0), Error);
+}
+
+}  // namespace
+}  // namespace hpctrain::coll
