@@ -99,7 +99,17 @@ class MpiSharedSegments final : public SharedSegments {
     void* base = nullptr;
     const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(stride), 1, info, dup, &base, &win_);
     MPI_Info_free(&info);
-    HPCTRAIN_CHECK_MPI(rc);
+    if (rc != MPI_SUCCESS) {
+      char text[MPI_MAX_ERROR_STRING];
+      int length = 0;
+      MPI_Error_string(rc, text, &length);
+      HPCTRAIN_FAIL("MPI_Win_allocate_shared of " + std::to_string(stride) +
+                    " bytes per rank (the shm/hierarchical all-reduce's window) failed: " +
+                    std::string(text, static_cast<std::size_t>(length)) +
+                    ". Open MPI backs the window with a file in its session directory or /dev/shm: "
+                    "check their free space and the file-size limit (ulimit -f), or keep `auto` off "
+                    "shared memory with HPCTRAIN_AUTO_ALGOS=ring,tree,recursive_doubling,rabenseifner");
+    }
     // Passive-target epoch for the window's whole life: loads and stores are then legal at any
     // time (MPI-3 unified model); ordering between ranks comes from the algorithms' atomics.
     HPCTRAIN_CHECK_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));

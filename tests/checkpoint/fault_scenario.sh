@@ -112,9 +112,9 @@ PY
     [[ $rc -eq 0 ]] || fail "the first training run failed"
     expect_valid "$ck/step-2"
     # The ranks' files may not exceed 1 MiB (a shard is ~2.1 MB): set in each rank, not for
-    # mpirun, whose PMIx segments would hit it; no shared-memory transport, whose backing
-    # files would too.
-    run env OMPI_MCA_btl=self,tcp "$mpiexec" -n 2 --oversubscribe bash -c 'ulimit -f 1024; exec "$@"' limit \
+    # mpirun, whose PMIx segments would hit it; no shared-memory transport and no shm
+    # all-reduce, whose backing files would too.
+    run env OMPI_MCA_btl=self,tcp HPCTRAIN_AUTO_ALGOS=ring,tree,recursive_doubling,rabenseifner "$mpiexec" -n 2 --oversubscribe bash -c 'ulimit -f 1024; exec "$@"' limit \
       "$hpctrain" train --data "$data" --no-eval --global-batch 32 --log-every 0 \
       --checkpoint-dir "$ck" --checkpoint-every 2 --keep 3 --max-steps 4 --resume auto
     [[ $rc -ne 0 ]] || fail "the run with a full disk exited 0"
