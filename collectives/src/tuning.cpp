@@ -203,6 +203,36 @@ Tuning Tuning::from_file(const std::string& path, const Tuning& base) {
           }
           continue;
         }
+        if (name == "calibration") {
+          HPCTRAIN_REQUIRE(v.is_object() && v.contains("bytes") && v.contains("scale") && v.size() == 2,
+                           r.where(full) + " must be an object with 'bytes' and 'scale'");
+          const auto& sizes = v["bytes"];
+          HPCTRAIN_REQUIRE(sizes.is_array() && !sizes.empty(), r.where(full + ".bytes") + " must be a non-empty list");
+          std::vector<double> bytes;
+          for (const auto& b : sizes) {
+            HPCTRAIN_REQUIRE(b.is_number_unsigned() && b.get<std::uint64_t>() > 0 &&
+                                 (bytes.empty() || static_cast<double>(b.get<std::uint64_t>()) > bytes.back()),
+                             r.where(full + ".bytes") + " must list increasing positive byte counts (got " +
+                                 sizes.dump() + ")");
+            bytes.push_back(static_cast<double>(b.get<std::uint64_t>()));
+          }
+          HPCTRAIN_REQUIRE(v["scale"].is_object(), r.where(full + ".scale") + " must be an object of algorithm names");
+          std::array<std::vector<double>, kAlgorithmCount> scale{};
+          for (const auto& [algo, list] : v["scale"].items()) {
+            const std::string where = full + ".scale." + algo;
+            const Algorithm a = parse_algorithm(algo, r.where(where));
+            HPCTRAIN_REQUIRE(list.is_array() && list.size() == bytes.size(),
+                             r.where(where) + " must list one scale per entry of " + full + ".bytes");
+            for (const auto& x : list) {
+              HPCTRAIN_REQUIRE(x.is_number() && std::isfinite(x.get<double>()) && x.get<double>() > 0.0,
+                               r.where(where) + " must hold finite positive numbers (got " + list.dump() + ")");
+              scale[static_cast<std::size_t>(a)].push_back(x.get<double>());
+            }
+          }
+          t.model.calibration_bytes = std::move(bytes);
+          t.model.calibration_scale = std::move(scale);
+          continue;
+        }
         const auto* k = std::find_if(std::begin(kModelKeys), std::end(kModelKeys),
                                      [&](const ModelKey& m) { return name == m.name; });
         HPCTRAIN_REQUIRE(k != std::end(kModelKeys), r.where(full) + " is not a cost model parameter");
@@ -247,6 +277,19 @@ std::string Tuning::to_json(const std::string& measured_json) const {
   nlohmann::ordered_json overhead = nlohmann::ordered_json::object();
   for (Algorithm a : kModelled) overhead[std::string(to_string(a))] = model.overhead_s[static_cast<std::size_t>(a)];
   m["overhead_s"] = overhead;
+  if (!model.calibration_bytes.empty()) {
+    nlohmann::ordered_json cal;
+    nlohmann::ordered_json sizes = nlohmann::ordered_json::array();
+    for (double b : model.calibration_bytes) sizes.push_back(static_cast<std::uint64_t>(b));
+    cal["bytes"] = sizes;
+    nlohmann::ordered_json scale = nlohmann::ordered_json::object();
+    for (Algorithm a : kModelled) {
+      const auto& list = model.calibration_scale[static_cast<std::size_t>(a)];
+      if (!list.empty()) scale[std::string(to_string(a))] = list;
+    }
+    cal["scale"] = scale;
+    m["calibration"] = cal;
+  }
   nlohmann::ordered_json& k = j["knobs"];
   k["allreduce_algorithm"] = std::string(to_string(allreduce_algorithm));
   nlohmann::ordered_json algos = nlohmann::ordered_json::array();
@@ -337,24 +380,45 @@ double rabenseifner_s(double n, int p, Link l, double gamma) {
 }
 
 // shm on one node of k ranks: the better of the sliced (large) and the all-inputs (small) schedule.
-double shm_s(double n, int k, const CostModel& m) {
+double shm_s(double n, int k, double sync, double shm_beta, double gamma) {
   if (k <= 1) return 0.0;
-  const double large = 2.0 * m.shm_sync_s + 2.0 * n * m.shm_beta_s_per_byte + (k - 1.0) / k * n * m.gamma_s_per_byte;
-  const double small = m.shm_sync_s + n * m.shm_beta_s_per_byte + (k - 1.0) * n * m.gamma_s_per_byte;
+  const double large = 2.0 * sync + 2.0 * n * shm_beta + (k - 1.0) / k * n * gamma;
+  const double small = sync + n * shm_beta + (k - 1.0) * n * gamma;
   return std::min(large, small);
 }
 
 }  // namespace
 
+double CostModel::calibration(Algorithm algo, double bytes) const noexcept {
+  const auto& scale = calibration_scale[static_cast<std::size_t>(algo)];
+  if (scale.empty() || scale.size() != calibration_bytes.size()) return 1.0;
+  if (bytes <= calibration_bytes.front()) return scale.front();
+  if (bytes >= calibration_bytes.back()) return scale.back();
+  std::size_t i = 1;
+  while (calibration_bytes[i] < bytes) ++i;
+  const double f = std::log2(bytes / calibration_bytes[i - 1]) / std::log2(calibration_bytes[i] / calibration_bytes[i - 1]);
+  return scale[i - 1] + f * (scale[i] - scale[i - 1]);
+}
+
 double Tuning::predict_allreduce_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  if (algo == Algorithm::automatic || algo == Algorithm::mpi || ranks < 1) return kNever;
+  const double n = static_cast<double>(bytes);
+  // The terms in α and synchronisations stay; every β and γ is scaled by the calibration.
+  return formula_s(algo, n, ranks, ranks_per_node, model.calibration(algo, n)) +
+         model.overhead_s[static_cast<std::size_t>(algo)];
+}
+
+double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node, double byte_scale) const noexcept {
   constexpr double kNever = std::numeric_limits<double>::infinity();
   if (algo == Algorithm::automatic || algo == Algorithm::mpi || ranks < 1) return kNever;
   const int k = (ranks_per_node <= 0 || ranks_per_node > ranks) ? ranks : ranks_per_node;
   const int nodes = (ranks + k - 1) / k;
-  const double n = static_cast<double>(bytes);
-  const double gamma = model.gamma_s_per_byte;
-  const Link flat = nodes > 1 ? Link{model.alpha_inter_s, model.beta_inter_s_per_byte}
-                              : Link{model.alpha_intra_s, model.beta_intra_s_per_byte};
+  const double gamma = model.gamma_s_per_byte * byte_scale;
+  const double shm_beta = model.shm_beta_s_per_byte * byte_scale;
+  const double beta_inter = model.beta_inter_s_per_byte * byte_scale;
+  const Link flat = nodes > 1 ? Link{model.alpha_inter_s, beta_inter}
+                              : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * byte_scale};
   const double ring_seg = static_cast<double>(ring_segment_bytes);
   const double tree_seg = static_cast<double>(tree_segment_bytes);
   const double binomial_max = static_cast<double>(tree_binomial_max_bytes);
@@ -365,23 +429,23 @@ double Tuning::predict_allreduce_s(Algorithm algo, std::size_t bytes, int ranks,
     case Algorithm::recursive_doubling: t = recursive_doubling_s(n, ranks, flat, gamma); break;
     case Algorithm::rabenseifner: t = rabenseifner_s(n, ranks, flat, gamma); break;
     case Algorithm::shm:
-      if (nodes == 1) t = shm_s(n, ranks, model);
+      if (nodes == 1) t = shm_s(n, ranks, model.shm_sync_s, shm_beta, gamma);
       break;
     case Algorithm::hierarchical:
       if (nodes >= 2 && k > 1) {
         const double slice = n / k;
-        const Link inter{model.alpha_inter_s, model.beta_inter_s_per_byte * k};
+        const Link inter{model.alpha_inter_s, beta_inter * k};
         const double across = std::min({ring_s(slice, nodes, inter, gamma, ring_seg),
                                         tree_s(slice, nodes, inter, gamma, tree_seg, binomial_max),
                                         recursive_doubling_s(slice, nodes, inter, gamma),
                                         rabenseifner_s(slice, nodes, inter, gamma)});
-        t = 2.0 * model.shm_sync_s + 2.0 * n * model.shm_beta_s_per_byte + (k - 1.0) / k * n * gamma + across;
+        t = 2.0 * model.shm_sync_s + 2.0 * n * shm_beta + (k - 1.0) / k * n * gamma + across;
       }
       break;
     case Algorithm::automatic:
     case Algorithm::mpi: break;
   }
-  return t + model.overhead_s[static_cast<std::size_t>(algo)];
+  return t;
 }
 
 Algorithm Tuning::choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept {

@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"  // HPCTRAIN_CHECK_MPI
 #include "hpctrain/collectives/reduce.hpp"
@@ -188,6 +189,24 @@ void print_prediction(const Tuning& t, int ranks_per_node, int nodes_max, const 
   std::fflush(stdout);
 }
 
+/// Median over `reps` calls of the slowest rank's time of one `algo` all-reduce of `bytes`
+/// (float32 sum, in place), after two untimed calls.
+double allreduce_median_s(coll::Communicator& comm, MPI_Comm mpi, Algorithm algo, std::size_t bytes, int reps) {
+  std::vector<float> buf(bytes / sizeof(float), 1.0f);
+  for (int i = 0; i < 2; ++i) comm.allreduce(buf.data(), buf.size(), coll::ReduceOp::sum, algo);
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    HPCTRAIN_CHECK_MPI(MPI_Barrier(mpi));
+    const double t0 = MPI_Wtime();
+    comm.allreduce(buf.data(), buf.size(), coll::ReduceOp::sum, algo);
+    double mine = MPI_Wtime() - t0, slowest = 0;
+    HPCTRAIN_CHECK_MPI(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, mpi));
+    times.push_back(slowest);
+  }
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[static_cast<std::size_t>(reps / 2)];
+}
+
 std::vector<std::size_t> parse_sizes(const std::string& list) {
   std::vector<std::size_t> sizes;
   std::stringstream in(list);
@@ -322,6 +341,37 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
   // One rank per node has nothing to synchronise: keep the base value rather than write a 0.
   t.model.shm_sync_s = node_size > 1 ? shm_sync : base.model.shm_sync_s;
 
+  // Calibration: every algorithm that runs on this layout, timed at a few sizes from in-cache to
+  // streaming from memory; the ratio of its measured to its modelled byte cost is its scale there
+  // (CostModel::calibration). The α terms stay as fitted by the ping-pong.
+  const std::vector<std::size_t> cal_sizes =
+      a.quick ? std::vector<std::size_t>{std::size_t{64} << 10, std::size_t{1} << 20}
+              : std::vector<std::size_t>{std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
+                                         std::size_t{64} << 20};
+  const int layout_rpn = base.ranks_per_node > 0 ? base.ranks_per_node : node_size;
+  t.model.calibration_bytes.clear();
+  for (auto& list : t.model.calibration_scale) list.clear();
+  {
+    Tuning run = t;
+    run.ranks_per_node = base.ranks_per_node;
+    coll::Communicator cal_comm(coll::make_default_transport(comm), run);
+    for (std::size_t bytes : cal_sizes) t.model.calibration_bytes.push_back(static_cast<double>(bytes));
+    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
+                           Algorithm::shm, Algorithm::hierarchical}) {
+      if (!std::isfinite(t.formula_s(algo, 1.0, size, layout_rpn))) continue;  // cannot run here
+      auto& scale = t.model.calibration_scale[static_cast<std::size_t>(algo)];
+      for (std::size_t bytes : cal_sizes) {
+        const int cal_reps = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes, 3, a.quick ? 5 : 20));
+        const double measured = allreduce_median_s(cal_comm, comm, algo, bytes, cal_reps);
+        const double n = static_cast<double>(bytes);
+        const double latency = t.formula_s(algo, n, size, layout_rpn, 0.0);
+        const double byte_terms = t.formula_s(algo, n, size, layout_rpn, 1.0) - latency;
+        // Bounded, so one disturbed measurement cannot make an algorithm free or unusable.
+        scale.push_back(std::clamp((measured - latency) / byte_terms, 0.05, 50.0));
+      }
+    }
+  }
+
   if (rank == 0) {
     nlohmann::json m;
     char host[256] = "";
@@ -363,6 +413,17 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
     std::printf("  shm sync     %10.3f us (%s)\n", t.model.shm_sync_s * 1e6,
                 node_size > 1 ? ("barrier of " + std::to_string(node_size) + " node ranks").c_str()
                               : "one rank per node: not measured, kept from the input/defaults");
+    std::printf("  calibration (measured / modelled byte cost) at");
+    for (double b : t.model.calibration_bytes) std::printf(" %s", human_bytes(static_cast<std::size_t>(b)).c_str());
+    std::printf(":\n");
+    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
+                           Algorithm::shm, Algorithm::hierarchical}) {
+      const auto& scale = t.model.calibration_scale[static_cast<std::size_t>(algo)];
+      if (scale.empty()) continue;
+      std::printf("    %-20s", std::string(to_string(algo)).c_str());
+      for (double x : scale) std::printf(" %6.2f", x);
+      std::printf("\n");
+    }
     std::printf("  wrote %s (use HPCTRAIN_TUNING_FILE=%s)\n", a.output.c_str(), a.output.c_str());
     if (a.predict_ranks_per_node > 0) print_prediction(t, a.predict_ranks_per_node, a.predict_nodes_max, sizes);
     std::fflush(stdout);

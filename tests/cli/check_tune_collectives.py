@@ -129,10 +129,23 @@ def main():
     proc = run([a.hpctrain, "tune-collectives", "--predict-only", "--input", out, "--predict-ranks-per-node", "4",
                 "--predict-nodes-max", "4096"])
     rows = check_table(proc.stdout, 4, 4096)
-    # The ring row at 1 MiB on 4 nodes (16 ranks): inter-node α/β, chunk n/16 in one 1 MiB segment.
+    # The ring row at 1 MiB on 4 nodes (16 ranks): inter-node α/β, chunk n/16 in one 1 MiB segment;
+    # the byte terms times the ring's measured calibration at 1 MiB (lg-linear between the sizes).
     n, p = 1 << 20, 16
-    ring = (2 * (p - 1) * model["alpha_inter_s"] + 2 * (p - 1) / p * n * model["beta_inter_s_per_byte"]
-            + (p - 1) / p * n * model["gamma_s_per_byte"]) * 1e6
+    cal = model.get("calibration", {})
+    sizes, scales = cal.get("bytes", []), cal.get("scale", {}).get("ring", [])
+    if not sizes or len(scales) != len(sizes) or not all(x > 0 for x in scales):
+        fail(f"model.calibration has no ring scales: {cal}")
+    if n <= sizes[0]:
+        scale = scales[0]
+    elif n >= sizes[-1]:
+        scale = scales[-1]
+    else:
+        i = next(i for i in range(1, len(sizes)) if sizes[i] >= n)
+        f = math.log2(n / sizes[i - 1]) / math.log2(sizes[i] / sizes[i - 1])
+        scale = scales[i - 1] + f * (scales[i] - scales[i - 1])
+    ring = (2 * (p - 1) * model["alpha_inter_s"] + scale * (2 * (p - 1) / p * n * model["beta_inter_s_per_byte"]
+            + (p - 1) / p * n * model["gamma_s_per_byte"])) * 1e6
     row = next(r for r in rows if r[0] == "1 MiB" and r[1] == 4)
     if abs(row[3]["ring"] - ring) > 0.051 + 1e-6 * ring:
         fail(f"ring at 1 MiB on 4x4: printed {row[3]['ring']} us, formula {ring:.3f} us")

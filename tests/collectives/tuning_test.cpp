@@ -176,6 +176,40 @@ TEST(CostModel, ExplicitAlgorithmAndRestrictionsWin) {
   }
 }
 
+TEST(CostModel, CalibrationScalesTheByteTermsOnly) {
+  // Ring over 2 ranks on one node: 2α per segment, n·β + n/2·γ byte terms. Scale 2 at 64 KiB and
+  // below, 0.5 at 4 MiB and above, linear in lg n between (512 KiB is 3 of the 6 doublings:
+  // 1.25); tree has no list, so scale 1.
+  const double a = 1e-6, b = 1e-10, g = 2e-10;
+  std::string text = model_file(a, b, a, b, g, 1e-10, 1e-6);
+  text.insert(text.size() - 2, R"(, "calibration": {"bytes": [65536, 4194304], "scale": {"ring": [2.0, 0.5]}})");
+  const Tuning t = Tuning::from_file(write_file("calibrated.json", text));
+  auto ring = [&](double n, double scale) {
+    const double segments = std::max(1.0, std::ceil(n / 2 / kMiB));  // of the 1 MiB default
+    return 2 * segments * a + scale * (n * b + n / 2 * g);
+  };
+  for (auto [bytes, scale] : {std::pair<std::size_t, double>{8, 2.0}, {65536, 2.0}, {512 * 1024, 2.0 - 1.5 * 3.0 / 6.0},
+                              {4 * kMiB, 0.5}, {64 * kMiB, 0.5}}) {
+    const double want = ring(static_cast<double>(bytes), scale);
+    EXPECT_NEAR(t.predict_allreduce_s(Algorithm::ring, bytes, 2, 2), want, 1e-12 * want) << bytes;
+  }
+  // An algorithm without a list keeps the formula.
+  const Tuning plain = Tuning::from_file(write_file("plain.json", model_file(a, b, a, b, g, 1e-10, 1e-6)));
+  EXPECT_EQ(t.predict_allreduce_s(Algorithm::tree, kMiB, 2, 2), plain.predict_allreduce_s(Algorithm::tree, kMiB, 2, 2));
+  // Saved and read back alike.
+  const std::string path = write_file("calibrated-round.json", "");
+  t.save(path);
+  EXPECT_EQ(Tuning::from_file(path).predict_allreduce_s(Algorithm::ring, kMiB, 2, 2),
+            t.predict_allreduce_s(Algorithm::ring, kMiB, 2, 2));
+  // Malformed calibrations name the key.
+  expect_error(write_file("cal1.json", R"({"schema_version": 1, "model": {"calibration": {"bytes": [4096, 1024], "scale": {}}}})"),
+               "model.calibration.bytes");
+  expect_error(write_file("cal2.json", R"({"schema_version": 1, "model": {"calibration": {"bytes": [4096], "scale": {"ring": [1, 2]}}}})"),
+               "model.calibration.scale.ring");
+  expect_error(write_file("cal3.json", R"({"schema_version": 1, "model": {"calibration": {"bytes": [4096], "scale": {"ring": [0]}}}})"),
+               "model.calibration.scale.ring");
+}
+
 TEST(TuningFile, RoundTrip) {
   Tuning t;
   t.model.alpha_intra_s = 1.25e-6;

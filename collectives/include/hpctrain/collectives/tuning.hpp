@@ -67,6 +67,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hpctrain/collectives/types.hpp"
 
@@ -103,6 +104,17 @@ struct CostModel {
   double shm_sync_s = 1e-6;
   /// Constant cost per call of each algorithm, indexed by the Algorithm value (0 by default).
   std::array<double, kAlgorithmCount> overhead_s{};
+  /// Measured calibration (`hpctrain tune-collectives` fills it): the byte terms (β and γ) of
+  /// algorithm a at n bytes are multiplied by calibration_scale[a], interpolated linearly in
+  /// lg n between the sizes calibration_bytes and held constant beyond its ends. The formulas
+  /// assume one bandwidth per resource; real nodes move a message that fits in cache several
+  /// times faster than one that streams from memory, and each algorithm touches memory
+  /// differently, so the scale is fitted per algorithm at a few sizes. Empty (the default) or
+  /// an algorithm without a list: scale 1, the formulas as written.
+  std::vector<double> calibration_bytes;
+  std::array<std::vector<double>, kAlgorithmCount> calibration_scale{};
+  /// calibration_scale[algo] at `bytes` (1 without calibration).
+  double calibration(Algorithm algo, double bytes) const noexcept;
 };
 
 struct Tuning {
@@ -202,6 +214,9 @@ struct Tuning {
   /// cannot run on that layout (shm over several nodes, hierarchical on one node or with one
   /// rank per node). ranks_per_node <= 0 or > ranks means one node.
   double predict_allreduce_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
+  /// The formula alone for `n` bytes, every β and γ multiplied by `byte_scale` (the
+  /// calibration), without overhead_s; +infinity as above.
+  double formula_s(Algorithm algo, double n, int ranks, int ranks_per_node, double byte_scale = 1.0) const noexcept;
 
   /// The algorithm `automatic` resolves to for a message of `bytes` over `ranks` ranks, of
   /// which `ranks_per_node` share each node (ranks_per_node == ranks: one node): a non-automatic
