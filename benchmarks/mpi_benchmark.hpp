@@ -37,6 +37,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
+#include "hpctrain/collectives/tuning.hpp"
 
 namespace hpctrain::bench {
 
@@ -172,18 +173,7 @@ inline std::optional<std::string> peek_flag(int argc, char** argv, std::string_v
 
 /// Parses a byte count with an optional K/M/G (KiB/MiB/GiB) suffix; throws naming `what`.
 inline std::size_t parse_bytes(const std::string& text, const std::string& what) {
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  const std::string suffix = end ? end : "";
-  std::size_t scale = 0;
-  if (suffix.empty() || suffix == "B") scale = 1;
-  else if (suffix == "K" || suffix == "KiB") scale = std::size_t{1} << 10;
-  else if (suffix == "M" || suffix == "MiB") scale = std::size_t{1} << 20;
-  else if (suffix == "G" || suffix == "GiB") scale = std::size_t{1} << 30;
-  HPCTRAIN_REQUIRE(errno == 0 && end != text.c_str() && scale != 0 && text[0] != '-',
-                   what + "='" + text + "' is not a byte count (an integer, optionally K/M/G)");
-  return static_cast<std::size_t>(v) * scale;
+  return hpctrain::coll::parse_byte_count(text, what);
 }
 
 /// Parses an integer >= `min`; throws naming `what`.

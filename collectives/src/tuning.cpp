@@ -26,19 +26,7 @@ const char* env(const char* name) {
 std::size_t env_bytes(const char* name, std::size_t fallback, std::size_t min_value) {
   const char* v = env(name);
   if (!v) return fallback;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long parsed = std::strtoull(v, &end, 10);
-  std::size_t scale = 1;
-  std::string suffix = end ? end : "";
-  if (suffix == "K" || suffix == "KiB") scale = std::size_t{1} << 10;
-  else if (suffix == "M" || suffix == "MiB") scale = std::size_t{1} << 20;
-  else if (suffix == "G" || suffix == "GiB") scale = std::size_t{1} << 30;
-  else if (!suffix.empty()) scale = 0;
-  HPCTRAIN_REQUIRE(errno == 0 && end != v && scale != 0 && v[0] != '-',
-                   std::string(name) + "='" + v +
-                       "' is not a byte count (expected an integer, optionally with K/M/G)");
-  const std::size_t value = static_cast<std::size_t>(parsed) * scale;
+  const std::size_t value = parse_byte_count(v, name);
   HPCTRAIN_REQUIRE(value >= min_value, std::string(name) + "='" + v + "' must be at least " +
                                            std::to_string(min_value));
   return value;
@@ -56,6 +44,21 @@ double env_seconds(const char* name, double fallback) {
 }
 
 }  // namespace
+
+std::size_t parse_byte_count(const std::string& text, const std::string& what) {
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  const std::string suffix = end ? end : "";
+  std::size_t scale = 0;
+  if (suffix.empty() || suffix == "B") scale = 1;
+  else if (suffix == "K" || suffix == "KiB") scale = std::size_t{1} << 10;
+  else if (suffix == "M" || suffix == "MiB") scale = std::size_t{1} << 20;
+  else if (suffix == "G" || suffix == "GiB") scale = std::size_t{1} << 30;
+  HPCTRAIN_REQUIRE(errno == 0 && end != text.c_str() && scale != 0 && !text.empty() && text[0] != '-',
+                   what + "='" + text + "' is not a byte count (an integer, optionally with K/M/G)");
+  return static_cast<std::size_t>(v) * scale;
+}
 
 const char* to_string(TransportKind k) noexcept { return k == TransportKind::ucx ? "ucx" : "mpi"; }
 

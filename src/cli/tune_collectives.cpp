@@ -51,19 +51,6 @@ using coll::Tuning;
 constexpr coll::Algorithm kTableAlgorithms[] = {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling,
                                                 Algorithm::rabenseifner, Algorithm::shm, Algorithm::hierarchical};
 
-std::size_t parse_size(const std::string& text) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  const std::string suffix = end ? end : "";
-  std::size_t scale = 0;
-  if (suffix.empty() || suffix == "B") scale = 1;
-  else if (suffix == "K" || suffix == "KiB") scale = std::size_t{1} << 10;
-  else if (suffix == "M" || suffix == "MiB") scale = std::size_t{1} << 20;
-  else if (suffix == "G" || suffix == "GiB") scale = std::size_t{1} << 30;
-  HPCTRAIN_REQUIRE(end != text.c_str() && scale != 0 && text[0] != '-',
-                   "--predict-sizes: '" + text + "' is not a byte count (an integer, optionally K/M/G)");
-  return static_cast<std::size_t>(v) * scale;
-}
 
 std::string human_bytes(std::size_t b) {
   if (b >= (std::size_t{1} << 30) && b % (std::size_t{1} << 30) == 0) return std::to_string(b >> 30) + " GiB";
@@ -211,7 +198,7 @@ std::vector<std::size_t> parse_sizes(const std::string& list) {
   std::vector<std::size_t> sizes;
   std::stringstream in(list);
   for (std::string s; std::getline(in, s, ',');) {
-    if (!s.empty()) sizes.push_back(parse_size(s));
+    if (!s.empty()) sizes.push_back(coll::parse_byte_count(s, "--predict-sizes"));
   }
   HPCTRAIN_REQUIRE(!sizes.empty(), "--predict-sizes: '" + list + "' names no size");
   return sizes;

@@ -16,6 +16,7 @@
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/loopback_transport.hpp"
+#include "loopback_ranks.hpp"
 #include "reference.hpp"
 
 namespace hpctrain::coll {
@@ -26,23 +27,7 @@ using testing::all_types;
 
 /// Runs fn(comm) on `ranks` threads, one loopback rank each; rethrows the first exception.
 void run_ranks(int ranks, const Tuning& tuning, const std::function<void(Communicator&)>& fn) {
-  auto group = make_loopback_group(ranks);
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(std::move(group[static_cast<std::size_t>(r)]), tuning);
-        fn(comm);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  testing::run_loopback_ranks(ranks, tuning, fn);
 }
 
 Tuning test_tuning() {

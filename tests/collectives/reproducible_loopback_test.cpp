@@ -18,6 +18,7 @@
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/loopback_transport.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
+#include "loopback_ranks.hpp"
 #include "reproducible_terms.hpp"
 
 namespace hpctrain::coll {
@@ -26,26 +27,10 @@ namespace {
 using namespace testing;
 
 void run_ranks(int ranks, const std::function<void(Communicator&)>& fn) {
-  auto group = make_loopback_group(ranks);
   Tuning tuning;
   tuning.timeout_s = 60;
   tuning.ring_segment_bytes = 1024;  // several ring/tree segments even for these small buffers
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(std::move(group[static_cast<std::size_t>(r)]), tuning);
-        fn(comm);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  run_loopback_ranks(ranks, tuning, fn);
 }
 
 /// Every rank's result of the K terms split over `ranks` ranks, reduced with `algo`.

@@ -77,6 +77,9 @@ namespace hpctrain::coll {
 enum class TransportKind { mpi, ucx };
 /// "mpi", "ucx".
 const char* to_string(TransportKind k) noexcept;
+/// Parses a byte count with an optional K/M/G (KiB/MiB/GiB) suffix ("64K", "1MiB", "4096");
+/// throws hpctrain::Error naming `what` (the flag or variable) otherwise.
+std::size_t parse_byte_count(const std::string& text, const std::string& what);
 /// Parses "mpi" or "ucx"; throws hpctrain::Error naming `where` otherwise.
 TransportKind parse_transport_kind(const std::string& name, const char* where = "transport");
 
