@@ -12,8 +12,11 @@
 //    5) at the same time, as in a ring step; the slowest rank's seconds per byte.
 //  * shm copy bandwidth: every rank memcpy's 64 MiB at the same time (best of 5); the slowest
 //    rank's seconds per byte.
-//  * shm sync: a barrier of the ranks of one node (MPI_Barrier over MPI_COMM_TYPE_SHARED, or the
-//    virtual node), the mean over repetitions, slowest rank: what one flag round costs.
+//  * shm sync: first a barrier of the ranks of one node (MPI_Barrier over MPI_COMM_TYPE_SHARED,
+//    or the virtual node); then, when shm runs on the layout, the median 8 B shm all-reduce (its
+//    one-step path is one flag round), which replaces it.
+//  * overhead per call: each algorithm's median 8 B time minus its formula (at least 0).
+//  * calibration: each algorithm timed at 64 KiB .. 64 MiB; measured / modelled byte cost.
 
 #include "tune_collectives.hpp"
 
@@ -342,6 +345,20 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
     Tuning run = t;
     run.ranks_per_node = base.ranks_per_node;
     coll::Communicator cal_comm(coll::make_default_transport(comm), run);
+    // Latency: the shm algorithm's one-step path at 8 B is its synchronisation (a barrier over MPI
+    // costs more than its flags); every other algorithm's 8 B time beyond its formula becomes its
+    // overhead_s (software cost per call the α of a ping-pong does not see).
+    const int latency_reps = a.quick ? 50 : 500;
+    if (node_size > 1 && std::isfinite(t.formula_s(Algorithm::shm, 8.0, size, layout_rpn))) {
+      t.model.shm_sync_s = allreduce_median_s(cal_comm, comm, Algorithm::shm, 8, latency_reps);
+    }
+    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
+                           Algorithm::shm, Algorithm::hierarchical}) {
+      const double formula = t.formula_s(algo, 8.0, size, layout_rpn);
+      if (!std::isfinite(formula)) continue;
+      const double measured = allreduce_median_s(cal_comm, comm, algo, 8, latency_reps);
+      t.model.overhead_s[static_cast<std::size_t>(algo)] = std::max(0.0, measured - formula);
+    }
     for (std::size_t bytes : cal_sizes) t.model.calibration_bytes.push_back(static_cast<double>(bytes));
     for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
                            Algorithm::shm, Algorithm::hierarchical}) {
@@ -349,8 +366,9 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
       auto& scale = t.model.calibration_scale[static_cast<std::size_t>(algo)];
       for (std::size_t bytes : cal_sizes) {
         const int cal_reps = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes, 3, a.quick ? 5 : 20));
-        const double measured = allreduce_median_s(cal_comm, comm, algo, bytes, cal_reps);
         const double n = static_cast<double>(bytes);
+        const double measured = allreduce_median_s(cal_comm, comm, algo, bytes, cal_reps) -
+                                t.model.overhead_s[static_cast<std::size_t>(algo)];
         const double latency = t.formula_s(algo, n, size, layout_rpn, 0.0);
         const double byte_terms = t.formula_s(algo, n, size, layout_rpn, 1.0) - latency;
         // Bounded, so one disturbed measurement cannot make an algorithm free or unusable.
@@ -398,8 +416,16 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
     std::printf("  gamma        %10.3f GB/s reduced per rank (float32 sum, all ranks at once)\n", 1e-9 / gamma);
     std::printf("  shm copy     %10.3f GB/s per rank (memcpy, all ranks at once)\n", 1e-9 / shm_beta);
     std::printf("  shm sync     %10.3f us (%s)\n", t.model.shm_sync_s * 1e6,
-                node_size > 1 ? ("barrier of " + std::to_string(node_size) + " node ranks").c_str()
+                node_size > 1 ? ("the shm all-reduce of 8 B over " + std::to_string(node_size) + " node ranks").c_str()
                               : "one rank per node: not measured, kept from the input/defaults");
+    std::printf("  overhead per call (8 B measured - formula):");
+    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
+                           Algorithm::shm, Algorithm::hierarchical}) {
+      if (!t.model.calibration_scale[static_cast<std::size_t>(algo)].empty()) {
+        std::printf(" %s %.2f us", std::string(to_string(algo)).c_str(), t.model.overhead_s[static_cast<std::size_t>(algo)] * 1e6);
+      }
+    }
+    std::printf("\n");
     std::printf("  calibration (measured / modelled byte cost) at");
     for (double b : t.model.calibration_bytes) std::printf(" %s", human_bytes(static_cast<std::size_t>(b)).c_str());
     std::printf(":\n");
