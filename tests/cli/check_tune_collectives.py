@@ -130,7 +130,8 @@ def main():
                 "--predict-nodes-max", "4096"])
     rows = check_table(proc.stdout, 4, 4096)
     # The ring row at 1 MiB on 4 nodes (16 ranks): inter-node α/β, chunk n/16 in one 1 MiB segment;
-    # the byte terms times the ring's measured calibration at 1 MiB (lg-linear between the sizes).
+    # the byte terms times the ring's measured calibration at 1 MiB (lg-linear between the sizes),
+    # plus the ring's measured per-call overhead.
     n, p = 1 << 20, 16
     cal = model.get("calibration", {})
     sizes, scales = cal.get("bytes", []), cal.get("scale", {}).get("ring", [])
@@ -145,7 +146,7 @@ def main():
         f = math.log2(n / sizes[i - 1]) / math.log2(sizes[i] / sizes[i - 1])
         scale = scales[i - 1] + f * (scales[i] - scales[i - 1])
     ring = (2 * (p - 1) * model["alpha_inter_s"] + scale * (2 * (p - 1) / p * n * model["beta_inter_s_per_byte"]
-            + (p - 1) / p * n * model["gamma_s_per_byte"])) * 1e6
+            + (p - 1) / p * n * model["gamma_s_per_byte"]) + model["overhead_s"]["ring"]) * 1e6
     row = next(r for r in rows if r[0] == "1 MiB" and r[1] == 4)
     if abs(row[3]["ring"] - ring) > 0.051 + 1e-6 * ring:
         fail(f"ring at 1 MiB on 4x4: printed {row[3]['ring']} us, formula {ring:.3f} us")
