@@ -88,13 +88,17 @@ inline constexpr std::size_t kAlgorithmCount = 8;
 
 /// Parameters of the all-reduce cost model (see the file comment for the formulas). The
 /// defaults are order-of-magnitude figures for a current CPU node with a 100 Gb/s class
-/// network (1-2 µs MPI latency, about 10 GB/s per rank), used until `hpctrain
-/// tune-collectives` has measured the machine; inter-node equals intra-node until measured.
+/// network (1-2 µs MPI latency, about 10 GB/s per rank between nodes), used until `hpctrain
+/// tune-collectives` has measured the machine. Within a node a point-to-point message that
+/// streams from memory moves at about a third of a memcpy's rate (measured on the development
+/// VM: ~2.8 GB/s for the ring's 64 MiB steps against ~10 GB/s in-cache ping-pong and a ~6 GB/s
+/// memcpy), so the default intra-node β is 3e-10 s/B: with 1e-10 the uncalibrated model ranked
+/// the shared-memory algorithm 1.3-2.4x too slow against the point-to-point ones.
 struct CostModel {
   /// Intra-node: seconds per message (the α of a point-to-point message within a node).
   double alpha_intra_s = 2e-6;
   /// Intra-node: seconds per byte moved point-to-point (1 / bandwidth).
-  double beta_intra_s_per_byte = 1e-10;
+  double beta_intra_s_per_byte = 3e-10;
   /// Inter-node: seconds per message.
   double alpha_inter_s = 2e-6;
   /// Inter-node: seconds per byte moved.
