@@ -89,6 +89,11 @@ void recursive_doubling_allreduce(CollContext& ctx, void* buf, std::size_t count
 /// copied into the output first. Any rank count, as recursive_doubling_allreduce.
 void rabenseifner_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count,
                             DataType type, ReduceOp op);
+/// The dispatch of the point-to-point algorithms (ring, tree, recursive doubling, Rabenseifner),
+/// `send` == `recv` in place; used by Communicator and by the hierarchical algorithm's
+/// inter-node step. Defined in communicator.cpp, the one dispatch point.
+void point_to_point_allreduce(CollContext& ctx, Algorithm algo, const void* send, void* recv, std::size_t count,
+                              DataType type, ReduceOp op);
 
 /// Runs a power-of-two schedule on any rank count p (Thakur, Rabenseifner & Gropp 2005): with
 /// p' = 2^floor(lg p) and r = p - p', the first 2r ranks pair up as (2i, 2i+1); the even one

@@ -274,6 +274,28 @@ detail::NodeGroup& Communicator::node_group(const WaitPolicy& wait_policy) {
   return *node_;
 }
 
+namespace detail {
+
+void point_to_point_allreduce(CollContext& ctx, Algorithm algo, const void* send, void* recv, std::size_t count,
+                              DataType type, ReduceOp op) {
+  const std::size_t bytes = count * size_of(type);
+  switch (algo) {
+    case Algorithm::ring: ring_allreduce(ctx, send, recv, count, type, op); break;
+    case Algorithm::tree:
+      if (send != recv && bytes) std::memcpy(recv, send, bytes);
+      tree_allreduce(ctx, recv, count, type, op);
+      break;
+    case Algorithm::recursive_doubling:
+      if (send != recv && bytes) std::memcpy(recv, send, bytes);
+      recursive_doubling_allreduce(ctx, recv, count, type, op);
+      break;
+    case Algorithm::rabenseifner: rabenseifner_allreduce(ctx, send, recv, count, type, op); break;
+    default: HPCTRAIN_FAIL("point_to_point_allreduce: '" + std::string(to_string(algo)) + "' is not a point-to-point algorithm");
+  }
+}
+
+}  // namespace detail
+
 void Communicator::run_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                  ReduceOp op, Algorithm algo, std::uint64_t seq) {
   const std::size_t bytes = count * size_of(type);
@@ -288,16 +310,10 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   const ReduceOp combine = detail::combine_op(op);
   switch (algo) {
-    case Algorithm::ring: detail::ring_allreduce(ctx, send, recv, count, type, combine); break;
+    case Algorithm::ring:
     case Algorithm::tree:
-      if (send != recv && bytes) std::memcpy(recv, send, bytes);
-      detail::tree_allreduce(ctx, recv, count, type, combine);
-      break;
     case Algorithm::recursive_doubling:
-      if (send != recv && bytes) std::memcpy(recv, send, bytes);
-      detail::recursive_doubling_allreduce(ctx, recv, count, type, combine);
-      break;
-    case Algorithm::rabenseifner: detail::rabenseifner_allreduce(ctx, send, recv, count, type, combine); break;
+    case Algorithm::rabenseifner: detail::point_to_point_allreduce(ctx, algo, send, recv, count, type, combine); break;
     case Algorithm::shm:
     case Algorithm::hierarchical: {
       if (algo == Algorithm::shm) {

@@ -49,21 +49,12 @@ void hierarchical_allreduce(CollContext& ctx, NodeGroup& node, const void* send,
     CollContext inter_ctx{*node.inter, ctx.tuning, ctx.policy, sequence_tag(node.inter_sequence++),
                           ctx.scratch};
     // The same on every member (same n, same group size, same tuning), so they agree.
-    Algorithm best = Algorithm::ring;
-    double best_s = ctx.tuning.predict_allreduce_s(best, n * elem, node.inter->size(), 1);
-    for (Algorithm a : {Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner}) {
-      const double t = ctx.tuning.predict_allreduce_s(a, n * elem, node.inter->size(), 1);
-      if (t < best_s && (ctx.tuning.auto_algorithms & (1u << static_cast<unsigned>(a)))) {
-        best = a;
-        best_s = t;
-      }
-    }
-    switch (best) {
-      case Algorithm::tree: tree_allreduce(inter_ctx, slice, n, type, op); break;
-      case Algorithm::recursive_doubling: recursive_doubling_allreduce(inter_ctx, slice, n, type, op); break;
-      case Algorithm::rabenseifner: rabenseifner_allreduce(inter_ctx, slice, slice, n, type, op); break;
-      default: ring_allreduce(inter_ctx, slice, slice, n, type, op); break;
-    }
+    constexpr auto bit = [](Algorithm a) { return 1u << static_cast<unsigned>(a); };
+    const std::uint32_t point_to_point =
+        bit(Algorithm::ring) | bit(Algorithm::tree) | bit(Algorithm::recursive_doubling) | bit(Algorithm::rabenseifner);
+    const Algorithm best = ctx.tuning.cheapest_allreduce(n * elem, node.inter->size(), 1,
+                                                         ctx.tuning.auto_algorithms & point_to_point);
+    point_to_point_allreduce(inter_ctx, best, slice, slice, n, type, op);
   };
   shm_segmented_allreduce(ctx, node, send, recv, count, type, op, across_nodes);
 }

@@ -453,10 +453,15 @@ double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node
 
 Algorithm Tuning::choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
   if (allreduce_algorithm != Algorithm::automatic) return allreduce_algorithm;
+  return cheapest_allreduce(bytes, ranks, ranks_per_node, auto_algorithms);
+}
+
+Algorithm Tuning::cheapest_allreduce(std::size_t bytes, int ranks, int ranks_per_node,
+                                     std::uint32_t candidates) const noexcept {
   Algorithm best = Algorithm::ring;
   double best_s = std::numeric_limits<double>::infinity();
   for (Algorithm a : kModelled) {
-    if (!(auto_algorithms & bit(a))) continue;
+    if (!(candidates & bit(a))) continue;
     const double s = predict_allreduce_s(a, bytes, ranks, ranks_per_node);
     if (s < best_s) {
       best = a;

@@ -21,6 +21,7 @@
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/collectives/ucx_transport.hpp"
 #include "reference.hpp"
+#include "shm_stress.hpp"
 
 namespace hpctrain::coll {
 namespace {
@@ -296,28 +297,7 @@ TEST(MpiCollectives, ShmStressBackToBack) {
     if (algo == Algorithm::shm && several_nodes()) continue;
     std::size_t bad = 0;
     std::string first;
-    std::vector<std::int64_t> in, out;
-    for (int it = 0; it < iterations; ++it) {
-      const std::size_t h = static_cast<std::size_t>(testing::mix(static_cast<std::uint64_t>(it)));
-      const std::size_t count = it % 2 ? 1 + h % 128 : 1024 + h % 4096;  // 8 B..1 KiB, 8..40 KiB
-      auto value = [&](int rank, std::size_t i) {
-        return static_cast<std::int64_t>((static_cast<std::size_t>(it) * 1000003u +
-                                          static_cast<std::size_t>(rank) * 7919u + i * 31u) % 2000003u) - 1000001;
-      };
-      in.resize(count);
-      out.assign(count, -1);
-      for (std::size_t i = 0; i < count; ++i) in[i] = value(r, i);
-      const bool in_place = (h >> 20) & 1;
-      std::int64_t* result = in_place ? in.data() : out.data();
-      comm.allreduce(in.data(), result, count, DataType::i64, ReduceOp::sum, algo);
-      for (std::size_t i = 0; i < count; ++i) {
-        std::int64_t want = 0;
-        for (int q = 0; q < p; ++q) want += value(q, i);
-        if (result[i] != want && bad++ == 0)
-          first = "call " + std::to_string(it) + " count " + std::to_string(count) + " element " +
-                  std::to_string(i) + ": got " + std::to_string(result[i]) + ", want " + std::to_string(want);
-      }
-    }
+    bad = testing::shm_stress(comm, algo, iterations, &first);
     EXPECT_EQ(bad, 0u) << to_string(algo) << " rank " << r << ": " << first;
   }
 }

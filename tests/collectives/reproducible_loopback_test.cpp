@@ -38,19 +38,8 @@ template <class T>
 std::vector<std::vector<T>> sum_terms(int ranks, Algorithm algo, std::vector<int>* scales = nullptr) {
   std::vector<std::vector<T>> out(static_cast<std::size_t>(ranks));
   run_ranks(ranks, [&](Communicator& comm) {
-    auto sum = ReproducibleSum<T>::with_uniform_blocks(kCount, kBlock, kTerms);
-    const auto [first, last] = my_terms(comm.rank(), comm.size());
-    std::vector<std::vector<T>> terms;
-    for (int k = first; k < last; ++k) terms.push_back(make_term<T>(k));
-    for (const auto& t : terms) sum.observe(t.data());
-    sum.agree_scales(comm);
-    for (auto it = terms.rbegin(); it != terms.rend(); ++it) sum.add(it->data());  // any order
-    std::vector<T> result(kCount);
-    sum.finish(comm, result.data(), algo);
-    out[static_cast<std::size_t>(comm.rank())] = result;
-    if (scales && comm.rank() == 0) {
-      for (std::size_t b = 0; b < sum.blocks(); ++b) scales->push_back(sum.scale_exponent(b));
-    }
+    out[static_cast<std::size_t>(comm.rank())] =
+        sum_on<T>(comm, algo, /*reverse=*/true, scales && comm.rank() == 0 ? scales : nullptr);
   });
   return out;
 }

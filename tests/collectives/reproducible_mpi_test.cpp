@@ -19,19 +19,6 @@ namespace {
 
 using namespace testing;
 
-template <class T>
-std::vector<T> sum_on(Communicator& comm, Algorithm algo) {
-  auto sum = ReproducibleSum<T>::with_uniform_blocks(kCount, kBlock, kTerms);
-  const auto [first, last] = my_terms(comm.rank(), comm.size());
-  std::vector<std::vector<T>> terms;
-  for (int k = first; k < last; ++k) terms.push_back(make_term<T>(k));
-  for (const auto& t : terms) sum.observe(t.data());
-  sum.agree_scales(comm);
-  for (const auto& t : terms) sum.add(t.data());
-  std::vector<T> out(kCount);
-  sum.finish(comm, out.data(), algo);
-  return out;
-}
 
 template <class T>
 void check() {

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/reproducible_sum.hpp"
 #include "hpctrain/collectives/types.hpp"
 
 namespace hpctrain::coll::testing {
@@ -60,6 +62,30 @@ inline std::pair<int, int> my_terms(int rank, int ranks) {
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// This rank's terms summed reproducibly over `comm` with `algo`, added in reverse order when
+/// `reverse` (the order of adds must not matter). `scales`, when given, receives every block's
+/// agreed scale exponent.
+template <class T>
+std::vector<T> sum_on(Communicator& comm, Algorithm algo, bool reverse = false, std::vector<int>* scales = nullptr) {
+  auto sum = ReproducibleSum<T>::with_uniform_blocks(kCount, kBlock, kTerms);
+  const auto [first, last] = my_terms(comm.rank(), comm.size());
+  std::vector<std::vector<T>> terms;
+  for (int k = first; k < last; ++k) terms.push_back(make_term<T>(k));
+  for (const auto& t : terms) sum.observe(t.data());
+  sum.agree_scales(comm);
+  if (reverse) {
+    for (auto it = terms.rbegin(); it != terms.rend(); ++it) sum.add(it->data());
+  } else {
+    for (const auto& t : terms) sum.add(t.data());
+  }
+  std::vector<T> out(kCount);
+  sum.finish(comm, out.data(), algo);
+  if (scales) {
+    for (std::size_t b = 0; b < sum.blocks(); ++b) scales->push_back(sum.scale_exponent(b));
+  }
+  return out;
 }
 
 }  // namespace hpctrain::coll::testing

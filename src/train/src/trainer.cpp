@@ -182,11 +182,13 @@ std::int64_t micro_shards(std::int64_t batch_size, std::int64_t micro_shard) {
   return (batch_size + micro_shard - 1) / micro_shard;
 }
 
-/// Deterministic evaluation: the test set is cut into fixed batches of 256 (as on one rank);
-/// rank r evaluates batches r, r + P, ...; every batch's loss sum and correct count go to its
-/// own slot, the slots are all-reduced (one non-zero term per slot: exact) and summed in batch
-/// order, so loss and accuracy do not depend on P.
-EvalResult evaluate_deterministic(models::Sequential<float>& model, const io::DatasetReader& reader,
+/// Evaluation, in every mode: the test set is cut into fixed batches of 256 (as on one rank;
+/// the CNN's im2col workspace grows with the batch, and at 1000 its second conv alone needs
+/// 627 MB twice); rank r evaluates batches r, r + P, ...; every batch's loss sum and correct
+/// count go to its own slot, the slots are all-reduced (one non-zero term per slot: exact) and
+/// summed in batch order, so loss and accuracy do not depend on P. The slots cost one
+/// all-reduce of a few hundred bytes per evaluation.
+EvalResult evaluate(models::Sequential<float>& model, const io::DatasetReader& reader,
                                   coll::Communicator& comm) {
   const std::int64_t n = reader.info().count;
   io::EpochPlan plan(n, 256, 0, 1, 0, /*drop_last=*/false, /*shuffle=*/false);
@@ -222,35 +224,6 @@ EvalResult evaluate_deterministic(models::Sequential<float>& model, const io::Da
   return r;
 }
 
-EvalResult evaluate(models::Sequential<float>& model, const io::DatasetReader& reader, coll::Communicator& comm) {
-  const std::int64_t n = reader.info().count;
-  // 256 per evaluation batch: the CNN's im2col workspace grows with the batch; at 1000 its
-  // second conv alone needs 1000 x 14 x 14 x 800 floats = 627 MB, twice (columns and their
-  // gradient buffer).
-  io::EpochPlan plan(n, 256, comm.rank(), comm.size(), 0, /*drop_last=*/false, /*shuffle=*/false);
-  double sums[3] = {0, 0, 0};  // loss sum, correct, samples
-  DeviceBatch device;
-  core::Tensor<float> dlogits;
-  for (std::int64_t b = 0; b < plan.batches_per_epoch(); ++b) {
-    io::Batch batch = io::read_batch(reader, plan, 0, b);
-    if (batch.count == 0) continue;
-    device.load(batch, model.input_shape());
-    core::Tensor<float> logits = model.forward(device.x, /*train=*/false);
-    core::ensure_shape(dlogits, "hpctrain::eval::dlogits", logits.shape);
-    const auto rows = static_cast<std::int64_t>(batch.count);
-    sums[0] += core::softmax_cross_entropy(logits, device.labels, rows, dlogits) * static_cast<double>(rows);
-    sums[1] += static_cast<double>(core::count_correct(logits, device.labels));
-    sums[2] += static_cast<double>(rows);
-  }
-  comm.allreduce(sums, 3, coll::ReduceOp::sum);
-  EvalResult r;
-  r.samples = static_cast<std::int64_t>(sums[2]);
-  if (r.samples > 0) {
-    r.loss = sums[0] / sums[2];
-    r.accuracy = sums[1] / sums[2];
-  }
-  return r;
-}
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -699,8 +672,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
     result.epochs_completed = epoch + 1;
     if (eval_reader) {
       const auto t_eval = Clock::now();
-      result.eval = o.deterministic ? evaluate_deterministic(*model, *eval_reader, comm)
-                                    : evaluate(*model, *eval_reader, comm);
+      result.eval = evaluate(*model, *eval_reader, comm);
       if (step - first_step >= o.warmup_steps_for_throughput) eval_after_warmup_s += seconds(t_eval, Clock::now());
       if (chatty) {
         std::printf("epoch %lld/%lld  test loss %.4f  test accuracy %.2f%% (%lld samples)\n",

@@ -230,6 +230,10 @@ struct Tuning {
   /// allreduce_algorithm, else the candidate of auto_algorithms with the smallest
   /// predict_allreduce_s (ring when no candidate can run on the layout).
   Algorithm choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
+  /// The algorithm among `candidates` (auto_algorithms bits) with the smallest
+  /// predict_allreduce_s; ring when none can run on the layout.
+  Algorithm cheapest_allreduce(std::size_t bytes, int ranks, int ranks_per_node,
+                               std::uint32_t candidates) const noexcept;
 };
 
 /// Parses a comma-separated list of modelled algorithm names into auto_algorithms bits; throws
