@@ -13,8 +13,9 @@
 //      cblas_GFLOPs, vs_cblas = GFLOPs / cblas_GFLOPs. The benchmark's time is ours.
 //  bound/cblas_sgemm_1thread/1024      OpenBLAS sgemm 1024^3 on one thread: the per-core peak
 //      the other figures can be read against (OpenBLAS's own thread count is restored after).
-//  conv/<layer>/<fwd|fwd+bwd>           the CNN's two convolutions at batch 64 (im2col + gemm,
-//      col2im), forward alone and forward + backward (weight, bias and input gradients).
+//  conv/<layer>/<fwd|fwd+bwd>/<backend>  the CNN's two convolutions at batch 64 on each backend
+//      (portable: im2col + gemm, col2im; onednn: oneDNN's direct kernels, reorders included),
+//      forward alone and forward + backward (weight, bias and input gradients).
 //      FLOPs: 2 N Cout Hout Wout Cin K K per pass; forward = 1 pass, backward = 2 (dW, dX).
 //      Counters: GFLOPs, gemm_GFLOPs (the same gemms run bare on the same buffers, in the same
 //      iteration), frac_of_gemm = GFLOPs / gemm_GFLOPs (what im2col/col2im/layout cost).
@@ -214,8 +215,10 @@ std::vector<ConvCase> cnn_convs(std::int64_t batch) {
   return {{"cnn.conv1", conv1}, {"cnn.conv2", conv2}};
 }
 
-void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool backward) {
+void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool backward,
+                core::ConvBackend backend) {
   try {
+    core::set_conv_backend(backend);
     const std::int64_t F = g.out_channels, CKK = g.col_rows(), NP = g.col_cols();
     const std::int64_t x_n = g.batch * g.in_channels * g.height * g.width;
     const std::int64_t y_n = g.batch * F * g.out_height() * g.out_width();
@@ -228,6 +231,9 @@ void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool bac
     const auto db = core::make_tensor<float>("bench::db", {F}).data;
     const auto dx = core::make_tensor<float>("bench::dx", {x_n}).data;
     core::Conv2dWorkspace<float> ws;
+    core::Conv2dWorkspace<float> gemm_ws;  // the portable path's buffers, for the bare gemms
+    gemm_ws.reserve(g);
+    core::im2col(g, x, gemm_ws.col);
     auto conv = [&] {
       core::conv2d_forward(g, x, w, b, ws, y);
       if (backward) core::conv2d_backward(g, w, dy, ws, dw, db, dx);
@@ -236,12 +242,12 @@ void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool bac
     // The gemms the convolution lowers to, on the same buffers (ws.yt stands in for dyt).
     auto bare_gemms = [&] {
       core::gemm(Trans::no, Trans::no, 1.0F, core::as_matrix(w, F, CKK),
-                 core::as_matrix(ws.col, CKK, NP), 0.0F, core::as_matrix(ws.yt, F, NP));
+                 core::as_matrix(gemm_ws.col, CKK, NP), 0.0F, core::as_matrix(gemm_ws.yt, F, NP));
       if (backward) {
-        core::gemm(Trans::no, Trans::yes, 1.0F, core::as_matrix(ws.yt, F, NP),
-                   core::as_matrix(ws.col, CKK, NP), 1.0F, core::as_matrix(dw, F, CKK));
+        core::gemm(Trans::no, Trans::yes, 1.0F, core::as_matrix(gemm_ws.yt, F, NP),
+                   core::as_matrix(gemm_ws.col, CKK, NP), 1.0F, core::as_matrix(dw, F, CKK));
         core::gemm(Trans::yes, Trans::no, 1.0F, core::as_matrix(w, F, CKK),
-                   core::as_matrix(ws.yt, F, NP), 0.0F, core::as_matrix(ws.dcol, CKK, NP));
+                   core::as_matrix(gemm_ws.yt, F, NP), 0.0F, core::as_matrix(gemm_ws.dcol, CKK, NP));
       }
       fence();
     };
@@ -321,12 +327,17 @@ void register_benchmarks() {
       ->Arg(1024)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  std::vector<core::ConvBackend> backends{core::ConvBackend::portable};
+  if (core::onednn_available()) backends.push_back(core::ConvBackend::onednn);
   for (const auto& c : cnn_convs(64)) {
     for (const bool backward : {false, true}) {
-      const std::string name = "conv/" + c.name + (backward ? "/fwd+bwd" : "/fwd");
-      benchmark::RegisterBenchmark(name.c_str(), bench_conv, c.g, backward)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+      for (const auto backend : backends) {
+        const std::string name = "conv/" + c.name + (backward ? "/fwd+bwd/" : "/fwd/") +
+                                 core::conv_backend_name(backend);
+        benchmark::RegisterBenchmark(name.c_str(), bench_conv, c.g, backward, backend)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
   for (const std::string model : {"mlp", "cnn"}) {

@@ -11,6 +11,8 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   # Kokkos 3.4 (Serial) + Kokkos Kernels, BLAS
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  # oneDNN: the convolutions' CPU fast path (its CMake config also needs OpenCL's headers)
+  libdnnl-dev ocl-icd-opencl-dev
   # small libraries used by the code
   libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev zlib1g-dev
   # tests and benchmarks
@@ -19,8 +21,9 @@ packages=(
   dataset-fashion-mnist python3-h5py python3-numpy
   # scaling-study plots
   python3-matplotlib
-  # the PyTorch DDP peer of bench_train (benchmarks/peers/torch_ddp.py, scripts/compare-torch.sh)
-  python3-torch
+  # the PyTorch peer (benchmarks/peers/torch_ddp.py): scripts/compare-torch.sh pip-installs
+  # torch 2.15 into a venv (python3-venv); Debian's older python3-torch 1.13 runs the peer's tests
+  python3-torch python3-venv
   # a one-node Slurm cluster for the Slurm tests (scripts/slurm-local.sh); srun --mpi=pmix
   slurmctld slurmd slurm-client munge libpmix-dev
   # linting the Spack package (Spack itself is not packaged)

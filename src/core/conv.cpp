@@ -4,9 +4,59 @@
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/gemm.hpp"
 
+#include <cstdlib>
 #include <string>
+#include <type_traits>
+
+#ifdef HPCTRAIN_HAVE_ONEDNN
+#include "conv_onednn.hpp"
+#endif
 
 namespace hpctrain::core {
+
+bool onednn_available() {
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+#else
+  return false;
+#endif
+}
+
+const char* conv_backend_name(ConvBackend backend) {
+  return backend == ConvBackend::onednn ? "onednn" : "portable";
+}
+
+namespace {
+
+ConvBackend backend_from_environment() {
+  const char* env = std::getenv("HPCTRAIN_CONV_BACKEND");
+  if (env == nullptr || *env == '\0') {
+    return onednn_available() ? ConvBackend::onednn : ConvBackend::portable;
+  }
+  const std::string v(env);
+  if (v == "portable") return ConvBackend::portable;
+  HPCTRAIN_REQUIRE(v == "onednn", "HPCTRAIN_CONV_BACKEND='" + v +
+                                      "': unknown convolution backend (expected onednn or portable)");
+  HPCTRAIN_REQUIRE(onednn_available(),
+                   "HPCTRAIN_CONV_BACKEND=onednn, but this build has no oneDNN "
+                   "(configure with -DHPCTRAIN_ENABLE_ONEDNN=ON and oneDNN installed)");
+  return ConvBackend::onednn;
+}
+
+ConvBackend& selected_backend() {
+  static ConvBackend backend = backend_from_environment();
+  return backend;
+}
+
+}  // namespace
+
+ConvBackend conv_backend() { return selected_backend(); }
+
+void set_conv_backend(ConvBackend backend) {
+  HPCTRAIN_REQUIRE(backend == ConvBackend::portable || onednn_available(),
+                   "set_conv_backend(onednn): this build has no oneDNN");
+  selected_backend() = backend;
+}
 
 namespace {
 
@@ -148,6 +198,17 @@ void conv2d_forward(const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& w, c
   require_size(w, F * g.col_rows(), "conv2d weight");
   require_size(b, F, "conv2d bias");
   require_size(y, g.batch * F * HW, "conv2d output");
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv_backend() == ConvBackend::onednn && g.batch > 0) {
+      ExecSpace().fence();
+      onednn::conv2d_forward(g, x.data(), w.data(), b.data(), ws.onednn, y.data());
+      ws.forward_backend = ConvBackend::onednn;
+      return;
+    }
+  }
+#endif
+  ws.forward_backend = ConvBackend::portable;
   ws.reserve(g);
   im2col(g, x, ws.col);
   gemm(Trans::no, Trans::no, T(1), as_matrix(w, F, g.col_rows()),
@@ -172,6 +233,17 @@ void conv2d_backward(const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
   require_size(dy, g.batch * F * HW, "conv2d output gradient");
   require_size(dw, F * CKK, "conv2d weight gradient");
   require_size(db, F, "conv2d bias gradient");
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (ws.forward_backend == ConvBackend::onednn) {
+      if (dx.extent(0) != 0) require_size(dx, g.batch * g.in_channels * g.height * g.width, "conv2d input gradient");
+      ExecSpace().fence();
+      onednn::conv2d_backward(g, w.data(), dy.data(), *ws.onednn, dw.data(), db.data(),
+                              dx.extent(0) != 0 ? dx.data() : nullptr);
+      return;
+    }
+  }
+#endif
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(ws.col.extent(0)) >= CKK * NP,
                    "conv2d_backward before conv2d_forward");
   const Vec<T> dyt = ws.yt;  // the forward's yt is dead once y is written

@@ -1,6 +1,7 @@
 #include "hpctrain/core/environment.hpp"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -34,6 +35,9 @@ void choose_openblas_kernels(char** argv) {
 int set_blas_threads(int threads) {
   using SetThreads = void (*)(int);
   using GetThreads = int (*)();
+  if (auto omp_set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) {
+    omp_set(threads);  // the OpenMP runtime oneDNN (and a Kokkos OpenMP build) run on
+  }
   auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
   auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (!set || !get) return -1;
@@ -45,6 +49,74 @@ int blas_threads() {
   using GetThreads = int (*)();
   auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   return get ? get() : -1;
+}
+
+namespace {
+
+ComputeThreads& applied_threads() {
+  static ComputeThreads t{0, 0, 0, "no Environment yet"};
+  return t;
+}
+
+int positive_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  HPCTRAIN_REQUIRE(end != v && *end == '\0' && n >= 1 && n <= 4096,
+                   std::string(name) + "='" + v + "': expected a thread count from 1 to 4096");
+  return static_cast<int>(n);
+}
+
+int ranks_on_this_node() {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 1;
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+int cores_in_affinity_mask() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+}  // namespace
+
+ComputeThreads choose_compute_threads(int ranks_on_node, int cores_usable, int cores_online) {
+  ComputeThreads t;
+  t.ranks_on_node = ranks_on_node < 1 ? 1 : ranks_on_node;
+  t.cores_usable = cores_usable < 1 ? 1 : cores_usable;
+  const int online = cores_online < 1 ? t.cores_usable : cores_online;
+  if (const int n = positive_env("HPCTRAIN_THREADS_PER_RANK")) {
+    t.per_rank = n;
+    t.source = "HPCTRAIN_THREADS_PER_RANK";
+  } else if (const int n = positive_env("OMP_NUM_THREADS")) {
+    t.per_rank = n;
+    t.source = "OMP_NUM_THREADS";
+  } else if (const int n = positive_env("OPENBLAS_NUM_THREADS")) {
+    t.per_rank = n;
+    t.source = "OPENBLAS_NUM_THREADS";
+  } else if (t.cores_usable < online) {
+    t.per_rank = t.cores_usable;
+    t.source = "the cores this rank is bound to";
+  } else {
+    t.per_rank = online / t.ranks_on_node < 1 ? 1 : online / t.ranks_on_node;
+    t.source = "cores / ranks on this node";
+  }
+  return t;
+}
+
+const ComputeThreads& compute_threads() { return applied_threads(); }
+
+std::string describe(const ComputeThreads& t) {
+  return std::to_string(t.per_rank) + (t.per_rank == 1 ? " thread" : " threads") + " per rank (" +
+         std::to_string(t.ranks_on_node) + (t.ranks_on_node == 1 ? " rank" : " ranks") + " on this node, " +
+         std::to_string(t.cores_usable) + (t.cores_usable == 1 ? " core" : " cores") + " usable; from " +
+         t.source + ")";
 }
 
 Environment::Environment() {
@@ -66,6 +138,10 @@ void Environment::start(int& argc, char**& argv) {
     HPCTRAIN_REQUIRE(rc == MPI_SUCCESS, "MPI_Init_thread failed");
     owns_mpi_ = true;
   }
+  ComputeThreads t = choose_compute_threads(ranks_on_this_node(), cores_in_affinity_mask(),
+                                            static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  set_blas_threads(t.per_rank);
+  applied_threads() = t;
   if (!Kokkos::is_initialized()) {
     try {
       Kokkos::initialize(argc, argv);

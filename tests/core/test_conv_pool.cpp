@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace hpctrain::core {
 namespace {
 
@@ -96,6 +99,139 @@ TEST(Conv2d, BackwardMatchesFiniteDifferences) {
     expect_gradient_matches("conv dx", x.data, to_host(dx.data), loss);
     expect_gradient_matches("conv dw", w.data, to_host(dw.data), loss);
     expect_gradient_matches("conv db", b.data, db_h, loss);
+  }
+}
+
+/// dL/dx, dL/dw, dL/db of L = sum(dy * y) in double on the host: the forward's loop nest with
+/// every product scattered into the gradients (independent of both implementations).
+struct DirectGradients {
+  std::vector<double> dx, dw, db;
+};
+
+template <class T>
+DirectGradients direct_conv_backward(const Conv2dGeometry& g, const std::vector<T>& x,
+                                     const std::vector<T>& w, const std::vector<T>& dy) {
+  const std::int64_t Ho = g.out_height(), Wo = g.out_width(), C = g.in_channels, K = g.kernel;
+  DirectGradients r{std::vector<double>(x.size()), std::vector<double>(w.size()),
+                    std::vector<double>(static_cast<std::size_t>(g.out_channels))};
+  for (std::int64_t n = 0; n < g.batch; ++n)
+    for (std::int64_t f = 0; f < g.out_channels; ++f)
+      for (std::int64_t oh = 0; oh < Ho; ++oh)
+        for (std::int64_t ow = 0; ow < Wo; ++ow) {
+          const double d = dy[((n * g.out_channels + f) * Ho + oh) * Wo + ow];
+          r.db[f] += d;
+          for (std::int64_t c = 0; c < C; ++c)
+            for (std::int64_t kh = 0; kh < K; ++kh)
+              for (std::int64_t kw = 0; kw < K; ++kw) {
+                const std::int64_t h = oh * g.stride - g.pad + kh, ww = ow * g.stride - g.pad + kw;
+                if (h < 0 || h >= g.height || ww < 0 || ww >= g.width) continue;
+                const std::size_t xi = ((n * C + c) * g.height + h) * g.width + ww;
+                const std::size_t wi = ((f * C + c) * K + kh) * K + kw;
+                r.dx[xi] += d * static_cast<double>(w[wi]);
+                r.dw[wi] += d * static_cast<double>(x[xi]);
+              }
+        }
+  return r;
+}
+
+/// Runs a test body with the float convolutions on one backend, restoring the previous one.
+class ConvBackendScope {
+ public:
+  explicit ConvBackendScope(ConvBackend b) : saved_(conv_backend()) { set_conv_backend(b); }
+  ~ConvBackendScope() { set_conv_backend(saved_); }
+  ConvBackendScope(const ConvBackendScope&) = delete;
+  ConvBackendScope& operator=(const ConvBackendScope&) = delete;
+
+ private:
+  ConvBackend saved_;
+};
+
+class Conv2dFloat : public ::testing::TestWithParam<ConvBackend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == ConvBackend::onednn && !onednn_available()) GTEST_SKIP() << "no oneDNN in this build";
+  }
+};
+
+/// Float forward and backward on one backend against direct float64 computations, on odd
+/// shapes (batch 1, 3, 7; channels 1, 3, 17; non-square images; strides 1 and 2; padding 0..2;
+/// kernels 1, 3, 5), twice per workspace (the second call reuses the cached primitives), with
+/// gradients accumulated on top of non-zero values as the contract says.
+TEST_P(Conv2dFloat, ForwardAndBackwardMatchFloat64References) {
+  ConvBackendScope scope(GetParam());
+  for (const auto& g : {geometry(1, 1, 28, 28, 32, 5, 1, 2), geometry(3, 3, 7, 5, 17, 3, 1, 1),
+                        geometry(7, 17, 9, 6, 3, 5, 2, 2), geometry(3, 17, 14, 11, 16, 1, 1, 0),
+                        geometry(1, 3, 5, 8, 1, 3, 2, 0), geometry(7, 32, 14, 14, 64, 5, 1, 2)}) {
+    SCOPED_TRACE(::testing::Message() << "N" << g.batch << " C" << g.in_channels << " " << g.height
+                                      << "x" << g.width << " F" << g.out_channels << " K" << g.kernel
+                                      << " S" << g.stride << " P" << g.pad);
+    const auto x = random_tensor<float>("x", {g.batch, g.in_channels, g.height, g.width}, 71);
+    const auto w = random_tensor<float>("w", {g.out_channels, g.col_rows()}, 72);
+    const auto b = random_tensor<float>("b", {g.out_channels}, 73);
+    const Shape y_shape{g.batch, g.out_channels, g.out_height(), g.out_width()};
+    const auto dy = random_tensor<float>("dy", y_shape, 74);
+    const auto want_y = direct_conv(g, to_host(x.data), to_host(w.data), to_host(b.data));
+    const auto want = direct_conv_backward(g, to_host(x.data), to_host(w.data), to_host(dy.data));
+    // float: sums of up to C K^2 (forward, dx) or N Ho Wo (dw, db) products of values in
+    // [-1, 1]; relative 1e-5 of the sum's magnitude bound covers any summation order.
+    const double fwd_tol = 1e-5 * static_cast<double>(g.col_rows());
+    const double dw_tol = 1e-5 * static_cast<double>(g.batch * g.out_height() * g.out_width());
+    const double dx_tol = 1e-5 * static_cast<double>(g.out_channels * g.kernel * g.kernel);
+    Conv2dWorkspace<float> ws;
+    auto y = make_tensor<float>("y", y_shape);
+    auto dw = make_tensor<float>("dw", w.shape);
+    auto db = make_tensor<float>("db", b.shape);
+    auto dx = make_tensor<float>("dx", x.shape);
+    for (int round = 1; round <= 2; ++round) {
+      conv2d_forward(g, x.data, w.data, b.data, ws, y.data);
+      EXPECT_EQ(ws.forward_backend, GetParam());
+      const auto got_y = to_host(y.data);
+      for (std::size_t i = 0; i < got_y.size(); ++i) ASSERT_NEAR(got_y[i], want_y[i], fwd_tol) << i;
+      conv2d_backward(g, w.data, dy.data, ws, dw.data, db.data, dx.data);
+      const auto got_dx = to_host(dx.data), got_dw = to_host(dw.data), got_db = to_host(db.data);
+      for (std::size_t i = 0; i < got_dx.size(); ++i) ASSERT_NEAR(got_dx[i], want.dx[i], dx_tol) << "dx " << i;
+      // dw and db accumulate: after round r they hold r times the gradient.
+      for (std::size_t i = 0; i < got_dw.size(); ++i) ASSERT_NEAR(got_dw[i], round * want.dw[i], round * dw_tol) << "dw " << i;
+      for (std::size_t i = 0; i < got_db.size(); ++i) ASSERT_NEAR(got_db[i], round * want.db[i], round * dw_tol) << "db " << i;
+    }
+    // Without an input gradient (the first layer) dw and db still accumulate.
+    conv2d_forward(g, x.data, w.data, b.data, ws, y.data);
+    conv2d_backward(g, w.data, dy.data, ws, dw.data, db.data, Vec<float>());
+    const auto got_db = to_host(db.data);
+    for (std::size_t i = 0; i < got_db.size(); ++i) ASSERT_NEAR(got_db[i], 3 * want.db[i], 3 * dw_tol) << "db " << i;
+  }
+}
+
+/// A workspace follows the batch size (the last partial batch of an epoch) and back.
+TEST_P(Conv2dFloat, WorkspaceFollowsBatchSize) {
+  ConvBackendScope scope(GetParam());
+  Conv2dWorkspace<float> ws;
+  for (const std::int64_t n : {4, 3, 4}) {
+    const auto g = geometry(n, 2, 6, 5, 3, 3, 1, 1);
+    const auto x = random_tensor<float>("x", {g.batch, g.in_channels, g.height, g.width}, 81);
+    const auto w = random_tensor<float>("w", {g.out_channels, g.col_rows()}, 82);
+    const auto b = random_tensor<float>("b", {g.out_channels}, 83);
+    auto y = make_tensor<float>("y", {g.batch, g.out_channels, g.out_height(), g.out_width()});
+    conv2d_forward(g, x.data, w.data, b.data, ws, y.data);
+    const auto want = direct_conv(g, to_host(x.data), to_host(w.data), to_host(b.data));
+    const auto got = to_host(y.data);
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << "N" << n << " " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conv2dFloat,
+                         ::testing::Values(ConvBackend::portable, ConvBackend::onednn),
+                         [](const ::testing::TestParamInfo<ConvBackend>& info) {
+                           return std::string(conv_backend_name(info.param));
+                         });
+
+TEST(Conv2dBackend, EnvironmentAndBuildDecideTheDefault) {
+  // conv_backend() reads HPCTRAIN_CONV_BACKEND once; here it is unset (ctest sets nothing).
+  if (std::getenv("HPCTRAIN_CONV_BACKEND") == nullptr) {  // NOLINT
+    EXPECT_EQ(conv_backend(), onednn_available() ? ConvBackend::onednn : ConvBackend::portable);
+  }
+  if (!onednn_available()) {
+    EXPECT_THROW(set_conv_backend(ConvBackend::onednn), Error);
   }
 }
 

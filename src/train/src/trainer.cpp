@@ -15,6 +15,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
+#include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/loss.hpp"
 #include "hpctrain/core/optimizer.hpp"
@@ -480,6 +481,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
     std::printf("hpctrain: data '%s' (%lld samples), %zu gradient buckets, lr %.4g (%s schedule)\n", o.data.c_str(),
                 static_cast<long long>(reader.info().count), dp.buckets().size(), schedule.base_lr,
                 to_string(schedule.kind).c_str());
+    std::printf("hpctrain: compute: %s, convolutions on %s\n", describe(compute_threads()).c_str(),
+                core::conv_backend_name(core::conv_backend()));
     if (o.deterministic) {
       std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), exact "
                   "fixed-point gradient sum, BLAS threads per rank: %s\n",

@@ -1,8 +1,20 @@
 #pragma once
 /// @file
-/// 2-D convolution (im2col + gemm) and max-pooling on NCHW tensors.
+/// 2-D convolution and max-pooling on NCHW tensors.
 ///
-/// Convolution lowers the whole batch at once: im2col writes col[(c,kh,kw), (n,oh,ow)], one
+/// Two implementations sit behind conv2d_forward / conv2d_backward, as Kokkos Kernels puts a
+/// vendor library (TPL) behind the same call as its portable kernel:
+/// - **oneDNN** (float, when built with HPCTRAIN_ENABLE_ONEDNN): direct convolution kernels
+///   (`jit:avx512_core` and friends) on oneDNN's blocked layouts; primitives are created once
+///   per shape and cached in the workspace; x, y, weights and gradients stay NCHW / OIHW at
+///   this interface (reorders inside).
+/// - **portable** (every type, every backend): the im2col + gemm path below, the reference
+///   and the fallback.
+/// conv_backend() picks (HPCTRAIN_CONV_BACKEND=onednn|portable, default: oneDNN when built);
+/// both give the same results up to float rounding and are tested against the same float64
+/// references and finite differences. With a fixed thread count, both are deterministic.
+///
+/// The portable path lowers the whole batch at once: im2col writes col[(c,kh,kw), (n,oh,ow)], one
 /// gemm computes yt[f, (n,oh,ow)] = W[f, (c,kh,kw)] col, and a permute kernel writes y in NCHW
 /// adding the bias. Backward: dW += dyt col^T, db += row sums of dyt, dcol = W^T dyt and col2im
 /// gathers dcol into dx (a gather, so no atomics). Cost: 2 F C K^2 N Ho Wo flops per gemm;
@@ -11,6 +23,7 @@
 #include "hpctrain/core/tensor.hpp"
 
 #include <cstdint>
+#include <memory>
 
 namespace hpctrain::core {
 
@@ -42,12 +55,34 @@ void im2col(const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& col);
 template <class T>
 void col2im(const Conv2dGeometry& g, const Vec<T>& dcol, const Vec<T>& dx);
 
+/// Which implementation the convolutions use.
+enum class ConvBackend { portable, onednn };
+
+/// The backend conv2d_forward/backward use for float: HPCTRAIN_CONV_BACKEND (onednn|portable;
+/// an unknown value throws, naming it), else oneDNN when built with it, else portable. double
+/// always uses the portable path.
+ConvBackend conv_backend();
+/// Overrides conv_backend() for the rest of the process (tests run both paths). Throws when
+/// asked for oneDNN in a build without it.
+void set_conv_backend(ConvBackend backend);
+/// True when this build has the oneDNN path.
+bool onednn_available();
+/// "onednn" or "portable".
+const char* conv_backend_name(ConvBackend backend);
+
+/// oneDNN's primitives and reordered buffers for one geometry (opaque; conv_onednn.cpp).
+struct OnednnConvState;
+
 /// Scratch space one convolution needs; sized on first use, reused while shapes stay.
 template <class T>
 struct Conv2dWorkspace {
-  Vec<T> col;   ///< [C K K, N Ho Wo], kept from forward for backward
+  Vec<T> col;   ///< [C K K, N Ho Wo], kept from forward for backward (portable path)
   Vec<T> yt;    ///< [F, N Ho Wo]
   Vec<T> dcol;  ///< [C K K, N Ho Wo]
+  /// The oneDNN path's state, keyed by geometry (null until the first oneDNN call).
+  std::shared_ptr<OnednnConvState> onednn;
+  /// The backend the last conv2d_forward used: backward must use the same one.
+  ConvBackend forward_backend = ConvBackend::portable;
   void reserve(const Conv2dGeometry& g);
 };
 

@@ -1,4 +1,6 @@
 #pragma once
+#include <string>
+
 /// @file
 /// The one object a `main` creates: MPI, then Kokkos; torn down in reverse order.
 
@@ -10,7 +12,8 @@ namespace hpctrain {
 /// initialised, then `Kokkos::initialize` (which consumes `--kokkos-*` arguments) unless Kokkos
 /// is already up. The destructor finalises only what this object initialised, Kokkos first,
 /// and never throws. Create exactly one, in `main`, before any View exists; destroy it after
-/// every View is gone.
+/// every View is gone. After MPI is up it sets each rank's compute thread count
+/// (choose_compute_threads) before Kokkos starts.
 /// OpenBLAS picks its kernels when it loads, from the CPU model; a CPU newer than the OpenBLAS
 /// build (Debian 12's 0.3.21 on Sapphire/Emerald Rapids, say) gets the generic "Prescott"
 /// kernels, several times slower. Call first thing in main: when OpenBLAS chose such generic
@@ -19,13 +22,35 @@ namespace hpctrain {
 /// HPCTRAIN_KEEP_BLAS_CORETYPE=1, is respected. Returns (doing nothing) when not applicable.
 void choose_openblas_kernels(char** argv);
 
-/// Sets the BLAS library's thread count at run time (OpenBLAS: openblas_set_num_threads, found
-/// with dlsym so any BLAS links). Returns the count in force afterwards, or -1 when the BLAS is
-/// not OpenBLAS (nothing done). Deterministic training uses 1: OpenBLAS splits a gemm by thread
-/// count, and the split changes the bits.
+/// Sets the compute libraries' thread count at run time: OpenBLAS (openblas_set_num_threads)
+/// and the OpenMP runtime oneDNN runs on (omp_set_num_threads, for the calling thread), both
+/// found with dlsym so any BLAS links. Returns OpenBLAS's count in force afterwards, or -1 when
+/// the BLAS is not OpenBLAS (OpenMP is still set). Deterministic training uses 1: oneDNN's
+/// weight gradient splits its batch reduction by thread count, and the split changes the bits.
 int set_blas_threads(int threads);
 /// The BLAS library's current thread count (OpenBLAS), or -1 when the BLAS is not OpenBLAS.
 int blas_threads();
+
+/// How many threads each rank's compute libraries use, and why (the Environment decides once).
+struct ComputeThreads {
+  int per_rank = 1;         ///< threads for OpenBLAS and oneDNN (OpenMP) on this rank
+  int ranks_on_node = 1;    ///< ranks sharing this node (MPI_COMM_TYPE_SHARED)
+  int cores_usable = 1;     ///< cores in this process's affinity mask
+  std::string source;       ///< what decided: "HPCTRAIN_THREADS_PER_RANK", "OMP_NUM_THREADS", ...
+};
+
+/// The thread policy: HPCTRAIN_THREADS_PER_RANK if set; else OMP_NUM_THREADS (or
+/// OPENBLAS_NUM_THREADS) if set, left to the libraries; else, when the launcher bound the rank
+/// to fewer cores than the node has (`mpirun --bind-to core`, `srun --cpus-per-task`), the cores
+/// it was bound to; else the node's cores divided by its ranks (at least 1), so P ranks never
+/// start P x cores threads. Pure: the Environment applies the result.
+ComputeThreads choose_compute_threads(int ranks_on_node, int cores_usable, int cores_online);
+
+/// The choice the Environment made and applied (per_rank 0 before any Environment).
+const ComputeThreads& compute_threads();
+
+/// One line for the start of a run: "1 thread per rank (2 ranks on this node, 2 cores: ...)".
+std::string describe(const ComputeThreads& t);
 
 class Environment {
  public:
