@@ -46,6 +46,7 @@ CMAKE_TO_SPACK = {
     "PkgConfig": "pkgconfig",
     "libxxhash": "xxhash",
     "ucx": "ucx",
+    "dnnl": "onednn",
     "GTest": "googletest",
     "benchmark": "benchmark",
     "ZLIB": "zlib-api",
@@ -107,7 +108,9 @@ class FakeSpec:
         raise NotImplementedError(f"the test spec cannot answer satisfies({query!r})")
 
 
-def make_pkg(cls, tmp, cuda=False, ucx=True, benchmarks=True, run_tests=False, mpi="openmpi"):
+def make_pkg(
+    cls, tmp, cuda=False, ucx=True, benchmarks=True, run_tests=False, mpi="openmpi", onednn=True
+):
     mpi_prefix = os.path.join(tmp, mpi)
     os.makedirs(os.path.join(mpi_prefix, "bin"), exist_ok=True)
     mpiexec = os.path.join(mpi_prefix, "bin", "mpiexec")
@@ -120,6 +123,7 @@ def make_pkg(cls, tmp, cuda=False, ucx=True, benchmarks=True, run_tests=False, m
         "cuda": cuda,
         "cuda_arch": "90" if cuda else "none",
         "ucx": ucx,
+        "onednn": onednn,
         "benchmarks": benchmarks,
         "openmp": False,
     }
@@ -184,8 +188,10 @@ class RecipeTest(unittest.TestCase):
     def test_cmake_args_follow_variants_and_run_tests(self):
         with tempfile.TemporaryDirectory() as tmp:
             on = make_pkg(self.Hpctrain, tmp, cuda=True, run_tests=True).cmake_args()
-            off = make_pkg(self.Hpctrain, tmp, ucx=False, benchmarks=False).cmake_args()
-        for name in ("TESTS", "BENCHMARKS", "UCX", "CUDA"):
+            off = make_pkg(
+                self.Hpctrain, tmp, ucx=False, benchmarks=False, onednn=False
+            ).cmake_args()
+        for name in ("TESTS", "BENCHMARKS", "UCX", "ONEDNN", "CUDA"):
             self.assertIn(f"-DHPCTRAIN_ENABLE_{name}:BOOL=ON", on)
             self.assertIn(f"-DHPCTRAIN_ENABLE_{name}:BOOL=OFF", off)
         self.assertIn("-DHPCTRAIN_WARNINGS_AS_ERRORS:BOOL=OFF", off)
@@ -245,6 +251,7 @@ class RecipeTest(unittest.TestCase):
         self.assertTrue(has("kokkos@3.4:4"))
         self.assertTrue(has("kokkos-kernels@3.4:4 +blas"))
         self.assertTrue(has("ucx@1.12:", cond="+ucx"))
+        self.assertTrue(has("onednn@2.6:", cond="+onednn"))
         self.assertTrue(has("benchmark", cond="+benchmarks"))
         self.assertTrue(has("googletest", ("test",)))
         self.assertTrue(has("python@3:", ("test",), cond="+benchmarks"))

@@ -39,6 +39,9 @@ class Hpctrain(CMakePackage, CudaPackage):
     # HPCTRAIN_ENABLE_CUDA follows the `cuda` variant that CudaPackage declares.
     variant("ucx", default=True, description="Build the UCX transport (UCX >= 1.12)")
     variant(
+        "onednn", default=True, description="Convolutions through oneDNN on CPU (oneDNN >= 2.6)"
+    )
+    variant(
         "benchmarks",
         default=True,
         description="Build the Google Benchmark binaries used for scaling studies",
@@ -67,6 +70,7 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("xxhash@0.8:")  # XXH3_64bits
     depends_on("zlib-api")  # io: gzip-compressed IDX import
     depends_on("ucx@1.12:", when="+ucx")
+    depends_on("onednn@2.6:", when="+onednn")
     depends_on("benchmark", when="+benchmarks")
     # Only concretized and built with `spack install --test=...`; see docs/spack.md for the
     # known limitation of test dependencies inside environments.
@@ -119,6 +123,7 @@ class Hpctrain(CMakePackage, CudaPackage):
             self.define("HPCTRAIN_ENABLE_TESTS", self.run_tests),
             self.define_from_variant("HPCTRAIN_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("HPCTRAIN_ENABLE_UCX", "ucx"),
+            self.define_from_variant("HPCTRAIN_ENABLE_ONEDNN", "onednn"),
             self.define_from_variant("HPCTRAIN_ENABLE_CUDA", "cuda"),
             # Warnings differ between compilers; a user install must not fail on them.
             self.define("HPCTRAIN_WARNINGS_AS_ERRORS", False),
