@@ -102,8 +102,20 @@ std::unique_ptr<Sequential<T>> build_cnn(const json& config) {
   for (const std::int64_t ch : channels) {
     HPCTRAIN_REQUIRE(ch > 0, "cnn channels must be positive");
     model->add(std::make_unique<Conv2D<T>>(in_c, ch, kernel, 1, kernel / 2, c.init));
-    model->add(std::make_unique<ActivationLayer<T>>(c.activation));
-    model->add(std::make_unique<MaxPool2D<T>>(pool));
+    // conv -> ReLU -> pool, computed as conv -> pool -> ReLU: ReLU is monotonic, so
+    // max(relu(x)) = relu(max(x)) exactly, and the gradients agree too (a window whose max is
+    // <= 0 passes no gradient either way; otherwise both route it to the same first maximum).
+    // The ReLU then touches pool^2 times fewer elements (measured: 12% of a CNN step at
+    // batch 64 was ReLU on the full-size maps). GELU is not monotonic and keeps its place.
+    // Parameter names ("<layer>.<kind>.<name>") do not change: the layers between convs
+    // have no parameters.
+    if (c.activation == Activation::relu) {
+      model->add(std::make_unique<MaxPool2D<T>>(pool));
+      model->add(std::make_unique<ActivationLayer<T>>(c.activation));
+    } else {
+      model->add(std::make_unique<ActivationLayer<T>>(c.activation));
+      model->add(std::make_unique<MaxPool2D<T>>(pool));
+    }
     in_c = ch;
   }
   model->add(std::make_unique<Flatten<T>>());

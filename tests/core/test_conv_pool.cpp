@@ -252,7 +252,8 @@ Pool2dGeometry pool(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t
 
 TEST(MaxPool2d, ForwardMatchesNaiveAndBackwardMatchesFiniteDifferences) {
   // 2x2/2 on an odd size (last row and column dropped) and overlapping 3x3/2 windows.
-  for (const auto& g : {pool(2, 3, 7, 6, 2, 2), pool(1, 2, 7, 7, 3, 2)}) {
+  // 2x2/2 on an odd size (the fast path), overlapping 3x3/2 windows (atomics), disjoint 3x3/3.
+  for (const auto& g : {pool(2, 3, 7, 6, 2, 2), pool(1, 2, 7, 7, 3, 2), pool(3, 2, 9, 8, 3, 3)}) {
     const Shape xs{g.batch, g.channels, g.height, g.width};
     const Shape ys{g.batch, g.channels, g.out_height(), g.out_width()};
     const auto x = random_tensor<double>("x", xs, 61);
@@ -277,6 +278,23 @@ TEST(MaxPool2d, ForwardMatchesNaiveAndBackwardMatchesFiniteDifferences) {
       maxpool2d_forward(g, x.data, y.data, argmax);
       return weighted_sum(y, r);
     });
+  }
+}
+
+TEST(MaxPool2d, TiesGoToTheFirstElementOfTheWindow) {
+  for (const auto& g : {pool(1, 2, 4, 6, 2, 2), pool(1, 1, 6, 6, 3, 3), pool(1, 1, 5, 5, 3, 2)}) {
+    const Shape xs{g.batch, g.channels, g.height, g.width};
+    const Shape ys{g.batch, g.channels, g.out_height(), g.out_width()};
+    const auto x = make_tensor<double>("x", xs);  // all zeros: every window is one big tie
+    auto y = make_tensor<double>("y", ys);
+    Kokkos::View<std::int64_t*, MemSpace> argmax("argmax", static_cast<std::size_t>(shape_size(ys)));
+    maxpool2d_forward(g, x.data, y.data, argmax);
+    const auto am = to_host(argmax);
+    for (std::int64_t nc = 0; nc < g.batch * g.channels; ++nc)
+      for (std::int64_t oh = 0; oh < g.out_height(); ++oh)
+        for (std::int64_t ow = 0; ow < g.out_width(); ++ow)
+          EXPECT_EQ(am[(nc * g.out_height() + oh) * g.out_width() + ow],
+                    (nc * g.height + oh * g.stride) * g.width + ow * g.stride);
   }
 }
 

@@ -49,6 +49,51 @@ TEST(Registry, CnnHasTheSpecifiedLayout) {
   EXPECT_EQ(y.shape, (Shape{2, 10}));
 }
 
+/// The registry's CNN computes conv -> pool -> ReLU; the textbook order is conv -> ReLU -> pool.
+/// They must be the same function with the same gradients, bit for bit (float, both conv
+/// backends' default), on a batch with negative windows (zero-bias convs of random inputs).
+template <class T>
+void expect_reordered_cnn_matches_textbook_order() {
+  const json config{{"name", "cnn"}, {"input_shape", {2, 9, 8}}, {"channels", {3, 4}},
+                    {"kernel", 3}, {"hidden", {5}}, {"classes", 3}, {"seed", 7}};
+  auto fast = build_model<T>(config);
+  Sequential<T> textbook(Shape{2, 9, 8});
+  std::int64_t in_c = 2;
+  for (const std::int64_t ch : {3, 4}) {
+    textbook.add(std::make_unique<Conv2D<T>>(in_c, ch, 3, 1, 1, core::Init::fan_in_uniform));
+    textbook.add(std::make_unique<ActivationLayer<T>>(Activation::relu));
+    textbook.add(std::make_unique<MaxPool2D<T>>(2));
+    in_c = ch;
+  }
+  textbook.add(std::make_unique<Flatten<T>>());
+  textbook.add(std::make_unique<Dense<T>>(core::shape_size(textbook.output_shape()), 5, core::Init::fan_in_uniform));
+  textbook.add(std::make_unique<ActivationLayer<T>>(Activation::relu));
+  textbook.add(std::make_unique<Dense<T>>(5, 3, core::Init::fan_in_uniform));
+  textbook.finalize(7);
+  ASSERT_EQ(fast->parameter_count(), textbook.parameter_count());
+  Kokkos::deep_copy(textbook.parameter_buffer(), fast->parameter_buffer());
+  const auto x = random_tensor<T>("x", {3, 2, 9, 8}, 31);
+  const auto dy = random_tensor<T>("dy", {3, 3}, 32);
+  fast->zero_gradients();
+  textbook.zero_gradients();
+  const auto y_fast = core::to_host(fast->forward(x, true).data);
+  const auto y_text = core::to_host(textbook.forward(x, true).data);
+  EXPECT_EQ(y_fast, y_text);
+  fast->backward(dy);
+  textbook.backward(dy);
+  const auto g_fast = core::to_host(fast->gradient_buffer());
+  const auto g_text = core::to_host(textbook.gradient_buffer());
+  EXPECT_EQ(g_fast, g_text);
+  std::size_t nonzero = 0;
+  for (const T g : g_fast) nonzero += g != T(0);
+  EXPECT_GT(nonzero, g_fast.size() / 2);  // the comparison is not between two zero vectors
+}
+
+TEST(Registry, CnnPoolBeforeReluIsTheTextbookOrderBitForBit) {
+  expect_reordered_cnn_matches_textbook_order<float>();
+  expect_reordered_cnn_matches_textbook_order<double>();
+}
+
 TEST(Registry, SizesComeFromTheConfig) {
   const auto mlp = build_model<float>(
       json{{"name", "mlp"}, {"input_shape", {3, 4}}, {"hidden", {7}}, {"classes", 5}});

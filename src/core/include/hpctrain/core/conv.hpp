@@ -116,7 +116,8 @@ template <class T>
 void maxpool2d_forward(const Pool2dGeometry& g, const Vec<T>& x, const Vec<T>& y,
                        const Kokkos::View<std::int64_t*, MemSpace>& argmax);
 
-/// dx = 0, then dx[argmax[o]] += dy[o] (atomic, so overlapping windows are fine).
+/// dx = 0, then dx[argmax[o]] += dy[o] (atomic when windows overlap, stride < kernel; a plain
+/// store when they cannot).
 template <class T>
 void maxpool2d_backward(const Pool2dGeometry& g, const Vec<T>& dy,
                         const Kokkos::View<std::int64_t*, MemSpace>& argmax, const Vec<T>& dx);
