@@ -72,7 +72,10 @@ void relu_forward(const Vec<T>& x, const Vec<T>& y) {
   const std::int64_t n = same_size(x, y, "relu_forward");
   Kokkos::parallel_for(
       "hpctrain::relu_forward", Range(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i) { y(i) = x(i) > T(0) ? x(i) : T(0); });
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const T v = x(i);  // loaded unconditionally: the select then vectorises (no branch)
+        y(i) = v > T(0) ? v : T(0);
+      });
 }
 
 template <class T>
@@ -81,7 +84,10 @@ void relu_backward(const Vec<T>& y, const Vec<T>& dy, const Vec<T>& dx) {
   same_size(dy, dx, "relu_backward");
   Kokkos::parallel_for(
       "hpctrain::relu_backward", Range(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i) { dx(i) = y(i) > T(0) ? dy(i) : T(0); });
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const T g = dy(i);  // loaded unconditionally: the select then vectorises (no branch)
+        dx(i) = y(i) > T(0) ? g : T(0);
+      });
 }
 
 namespace {
