@@ -15,10 +15,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/error.hpp"
@@ -26,6 +28,12 @@
 namespace hpctrain::coll {
 
 namespace {
+
+#if defined(__GNUC__)
+#define HPCTRAIN_ALWAYS_INLINE_EARLY __attribute__((always_inline))
+#else
+#define HPCTRAIN_ALWAYS_INLINE_EARLY
+#endif
 
 /// Marks a block whose terms were all zero (any real exponent is larger).
 constexpr std::int64_t kEmpty = std::numeric_limits<std::int32_t>::min();
@@ -57,10 +65,65 @@ struct PowerOfTwo {
 
 /// round(y) half away from zero, for |y| < 2^63; exact: for |y| >= 2^52 y is an integer and
 /// the truncation is exact; below, y - trunc(y) is exact (same sign, difference < 1).
-inline std::int64_t round_half_away(double y) noexcept {
+HPCTRAIN_ALWAYS_INLINE_EARLY inline std::int64_t round_half_away(double y) noexcept {
   const auto t = static_cast<std::int64_t>(y);
   const double f = y - static_cast<double>(t);
   return t + static_cast<std::int64_t>(f >= 0.5) - static_cast<std::int64_t>(f <= -0.5);
+}
+
+// The two hot loops, compiled for AVX-512 (vcvttpd2qq / vcvtqq2pd convert 8 doubles to int64
+// and back per instruction; without AVX-512DQ each element is a scalar conversion) and for the
+// baseline, picked at load time by GCC's target_clones. Both clones do the same IEEE
+// operations in the same order per element, so the bits do not depend on the CPU.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+// x86-64-v4 = AVX-512 F/BW/CD/DQ/VL, picked by ISA level (not by CPU model as "arch=<cpu>" is).
+#define HPCTRAIN_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#define HPCTRAIN_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define HPCTRAIN_VECTOR_CLONES
+#define HPCTRAIN_ALWAYS_INLINE
+#endif
+
+/// acc[i] += round(term[i] * 2^s), the scale given as one or two factors (first, second).
+template <class T>
+HPCTRAIN_ALWAYS_INLINE inline void add_scaled_impl(const T* term, std::int64_t* acc, std::size_t n, double first,
+                            double second, bool second_first) {
+  if (second == 1.0) {
+    for (std::size_t i = 0; i < n; ++i) acc[i] += round_half_away(static_cast<double>(term[i]) * first);
+  } else if (second_first) {
+    for (std::size_t i = 0; i < n; ++i) acc[i] += round_half_away((static_cast<double>(term[i]) * second) * first);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) acc[i] += round_half_away((static_cast<double>(term[i]) * first) * second);
+  }
+}
+HPCTRAIN_VECTOR_CLONES void add_scaled(const float* t, std::int64_t* acc, std::size_t n, double f1, double f2, bool o) {
+  add_scaled_impl(t, acc, n, f1, f2, o);
+}
+HPCTRAIN_VECTOR_CLONES void add_scaled(const double* t, std::int64_t* acc, std::size_t n, double f1, double f2, bool o) {
+  add_scaled_impl(t, acc, n, f1, f2, o);
+}
+
+/// The largest |v[i]| as its bit pattern: for non-negative IEEE values the integer order of
+/// the bits is their numeric order, so the scan is an integer max (vectorises; a float max
+/// reduction does not, for NaN's sake). Inf and NaN have all exponent bits set: a result at
+/// or above `Bits(exponent mask)` means a non-finite term.
+template <class T, class Bits>
+HPCTRAIN_ALWAYS_INLINE inline Bits max_magnitude_bits_impl(const T* v, std::size_t n) {
+  constexpr Bits kMagnitude = static_cast<Bits>(~(Bits{1} << (sizeof(Bits) * 8 - 1)));
+  Bits largest = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Bits b;
+    std::memcpy(&b, v + i, sizeof b);
+    b &= kMagnitude;
+    largest = b > largest ? b : largest;
+  }
+  return largest;
+}
+HPCTRAIN_VECTOR_CLONES std::uint32_t max_magnitude_bits(const float* v, std::size_t n) {
+  return max_magnitude_bits_impl<float, std::uint32_t>(v, n);
+}
+HPCTRAIN_VECTOR_CLONES std::uint64_t max_magnitude_bits(const double* v, std::size_t n) {
+  return max_magnitude_bits_impl<double, std::uint64_t>(v, n);
 }
 
 template <class T>
@@ -122,13 +185,15 @@ void ReproducibleSum<T>::observe_block(std::size_t block, const T* values) {
   HPCTRAIN_REQUIRE(block < block_ends_.size(), "ReproducibleSum::observe_block: no block " + std::to_string(block));
   const std::size_t begin = block == 0 ? 0 : block_ends_[block - 1];
   const std::size_t n = block_ends_[block] - begin;
-  T largest = 0;
-  bool bad = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    const T a = std::fabs(values[i]);
-    bad |= !(a <= std::numeric_limits<T>::max());  // Inf or NaN
-    largest = a > largest ? a : largest;
-  }
+  static_assert(std::numeric_limits<T>::is_iec559, "IEEE 754 types only");
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  const Bits largest_bits = max_magnitude_bits(values, n);
+  const T infinity = std::numeric_limits<T>::infinity();
+  Bits infinity_bits;
+  std::memcpy(&infinity_bits, &infinity, sizeof infinity_bits);
+  const bool bad = largest_bits >= infinity_bits;  // Inf or NaN
+  T largest;
+  std::memcpy(&largest, &largest_bits, sizeof largest);
   if (bad) exponent_[block_ends_.size() + block] = 1;
   if (largest > 0 && !bad) {
     int e = 0;
@@ -165,19 +230,9 @@ void ReproducibleSum<T>::add(const T* term) {
     const std::size_t end = block_ends_[b];
     if (exponent_[nb + b] != 0 || exponent_[b] == kEmpty) continue;  // NaN block / all zero
     const PowerOfTwo scale(scale_[b]);
-    std::int64_t* acc = acc_.data();
-    if (!scale.split()) {
-      const double f = scale.first;
-      for (std::size_t i = begin; i < end; ++i) acc[i] += round_half_away(static_cast<double>(term[i]) * f);
-    } else {
-      const double f1 = scale.first, f2 = scale.second;
-      // Both factors > 1 or both < 1, in the order that keeps the intermediate in range; the
-      // result |x| * 2^s <= 2^62 is exact either way (products by powers of two).
-      for (std::size_t i = begin; i < end; ++i) {
-        const double x = static_cast<double>(term[i]);
-        acc[i] += round_half_away(scale_[b] > 0 ? (x * f2) * f1 : (x * f1) * f2);
-      }
-    }
+    // Both factors > 1 or both < 1, in the order that keeps the intermediate in range; the
+    // result |x| * 2^s <= 2^62 is exact either way (products by powers of two).
+    add_scaled(term + begin, acc_.data() + begin, end - begin, scale.first, scale.second, scale_[b] > 0);
   }
 }
 
