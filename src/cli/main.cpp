@@ -80,6 +80,7 @@ struct TrainArgs {
   double first_bucket_mb = 0.25;
   bool keep_last = false;
   bool no_eval = false;
+  int threads_per_rank = 0;
   hpctrain::train::TrainOptions options;
 };
 
@@ -160,6 +161,11 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--micro-shard", o.micro_shard,
                    "--deterministic: samples per micro-shard (the unit of work a rank computes on its own)")
       ->capture_default_str();
+  train.add_option("--threads-per-rank", a.threads_per_rank,
+                   "Compute threads (OpenBLAS, oneDNN) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, "
+                   "the cores the launcher bound the rank to, or cores / ranks on the node (docs/compute-core.md)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   train.add_flag("--quiet", o.quiet, "Only errors");
 }
 
@@ -173,6 +179,7 @@ int run_train(TrainArgs& a, Communicator& comm) {
   o.parallel.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
   o.parallel.first_bucket_bytes = static_cast<std::size_t>(a.first_bucket_mb * 1048576.0);
   o.drop_last = !a.keep_last;
+  if (a.threads_per_rank > 0) hpctrain::set_threads_per_rank(a.threads_per_rank, "--threads-per-rank");
   if (o.data.empty()) {
     o.data = hpctrain::io::ensure_fashion_mnist("train", comm);
     if (o.eval_data.empty() && !a.no_eval) o.eval_data = hpctrain::io::ensure_fashion_mnist("test", comm);

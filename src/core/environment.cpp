@@ -112,6 +112,14 @@ ComputeThreads choose_compute_threads(int ranks_on_node, int cores_usable, int c
 
 const ComputeThreads& compute_threads() { return applied_threads(); }
 
+void set_threads_per_rank(int threads, const std::string& source) {
+  HPCTRAIN_REQUIRE(threads >= 1 && threads <= 4096,
+                   source + " " + std::to_string(threads) + ": expected a thread count from 1 to 4096");
+  set_blas_threads(threads);
+  applied_threads().per_rank = threads;
+  applied_threads().source = source;
+}
+
 std::string describe(const ComputeThreads& t) {
   return std::to_string(t.per_rank) + (t.per_rank == 1 ? " thread" : " threads") + " per rank (" +
          std::to_string(t.ranks_on_node) + (t.ranks_on_node == 1 ? " rank" : " ranks") + " on this node, " +

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdlib>
+#include <string>
+
 TEST(Environment, InitialisesAndFinalisesMpiAndKokkos) {
   int mpi_up = 0, mpi_down = 0;
   {
@@ -27,4 +30,56 @@ TEST(Environment, InitialisesAndFinalisesMpiAndKokkos) {
   EXPECT_FALSE(Kokkos::is_initialized());
   MPI_Finalized(&mpi_down);
   EXPECT_EQ(mpi_down, 1);
+}
+
+namespace {
+
+/// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_.empty()) unsetenv(name_); else setenv(name_, old_.c_str(), 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+};
+
+}  // namespace
+
+TEST(ComputeThreads, PolicyOrder) {
+  ScopedEnv a("HPCTRAIN_THREADS_PER_RANK", nullptr), b("OMP_NUM_THREADS", nullptr),
+      c("OPENBLAS_NUM_THREADS", nullptr);
+  // Unbound (affinity = all 8 cores): cores / ranks on the node, at least 1.
+  EXPECT_EQ(hpctrain::choose_compute_threads(2, 8, 8).per_rank, 4);
+  EXPECT_EQ(hpctrain::choose_compute_threads(3, 8, 8).per_rank, 2);
+  EXPECT_EQ(hpctrain::choose_compute_threads(16, 8, 8).per_rank, 1);
+  EXPECT_EQ(hpctrain::choose_compute_threads(1, 2, 2).source, "cores / ranks on this node");
+  // Bound by the launcher to fewer cores than the node has: those cores.
+  const auto bound = hpctrain::choose_compute_threads(4, 2, 8);
+  EXPECT_EQ(bound.per_rank, 2);
+  EXPECT_EQ(bound.source, "the cores this rank is bound to");
+  {
+    ScopedEnv omp("OMP_NUM_THREADS", "3");
+    EXPECT_EQ(hpctrain::choose_compute_threads(2, 8, 8).per_rank, 3);
+    ScopedEnv ours("HPCTRAIN_THREADS_PER_RANK", "5");  // ours wins over OMP_NUM_THREADS
+    const auto t = hpctrain::choose_compute_threads(2, 8, 8);
+    EXPECT_EQ(t.per_rank, 5);
+    EXPECT_EQ(t.source, "HPCTRAIN_THREADS_PER_RANK");
+    EXPECT_EQ(hpctrain::describe(t),
+              "5 threads per rank (2 ranks on this node, 8 cores usable; from HPCTRAIN_THREADS_PER_RANK)");
+  }
+  {
+    ScopedEnv bad("HPCTRAIN_THREADS_PER_RANK", "two");
+    EXPECT_ANY_THROW(hpctrain::choose_compute_threads(1, 2, 2));
+    ScopedEnv zero("HPCTRAIN_THREADS_PER_RANK", "0");
+    EXPECT_ANY_THROW(hpctrain::choose_compute_threads(1, 2, 2));
+  }
 }

@@ -46,6 +46,10 @@ struct ComputeThreads {
 /// start P x cores threads. Pure: the Environment applies the result.
 ComputeThreads choose_compute_threads(int ranks_on_node, int cores_usable, int cores_online);
 
+/// Overrides the Environment's choice on this rank (as HPCTRAIN_THREADS_PER_RANK would):
+/// applies `threads` (>= 1) with set_blas_threads and records `source` for describe().
+void set_threads_per_rank(int threads, const std::string& source);
+
 /// The choice the Environment made and applied (per_rank 0 before any Environment).
 const ComputeThreads& compute_threads();
 
