@@ -19,12 +19,17 @@
 //      FLOPs: 2 N Cout Hout Wout Cin K K per pass; forward = 1 pass, backward = 2 (dW, dX).
 //      Counters: GFLOPs, gemm_GFLOPs (the same gemms run bare on the same buffers, in the same
 //      iteration), frac_of_gemm = GFLOPs / gemm_GFLOPs (what im2col/col2im/layout cost).
+//  stream/<kernel>                    the memory-bound kernels (ReLU, 2x2 max-pool, softmax
+//      cross-entropy, SGD with momentum) at the CNN's sizes, each against a copy of the same
+//      bytes timed in the same iteration. Counters: GB_per_s (bytes read + written once),
+//      copy_GB_per_s, frac_of_copy = copy time / kernel time.
 //  train_step/<mlp|cnn>/<batch>        zero grads, forward, softmax cross-entropy, backward,
 //      SGD (momentum 0.9) on a model from models::build_model. Counter: samples_per_s.
 //
 // Kokkos is initialised in main (it takes --kokkos-* flags); no MPI.
 
 #include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/gemm.hpp"
 #include "hpctrain/core/loss.hpp"
 #include "hpctrain/core/optimizer.hpp"
@@ -38,6 +43,7 @@
 #include <cblas.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <cstdint>
 #include <exception>
@@ -275,6 +281,92 @@ void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool bac
   }
 }
 
+// ---- memory-bound kernels --------------------------------------------------------------------
+
+/// One memory-bound kernel: `run` moves `bytes` (reads + writes, each element once). Timed
+/// alternately in each iteration with a copy of the same number of bytes (half read, half
+/// written, Kokkos::deep_copy = memcpy) on buffers of the same size, so frac_of_copy = copy
+/// time / kernel time says how close the kernel is to the memory bandwidth at its own size
+/// (cache level included) on the same machine at the same moment.
+void bench_streaming(benchmark::State& state, const std::function<void()>& run, double bytes) {
+  try {
+    const auto half = static_cast<std::int64_t>(bytes / 8);  // floats per side of the copy
+    const auto src = random_vec("bench::copy_src", half, 9);
+    const auto dst = core::make_tensor<float>("bench::copy_dst", {half}).data;
+    run();
+    Kokkos::deep_copy(dst, src);
+    fence();
+    double kernel_s = 0, copy_s = 0;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      run();
+      fence();
+      const double t = seconds_since(t0);
+      t0 = Clock::now();
+      Kokkos::deep_copy(dst, src);
+      fence();
+      copy_s += seconds_since(t0);
+      kernel_s += t;
+      state.SetIterationTime(t);
+    }
+    const double n = static_cast<double>(state.iterations());
+    state.counters["GB_per_s"] = bytes * n / kernel_s * 1e-9;
+    state.counters["copy_GB_per_s"] = bytes * n / copy_s * 1e-9;
+    state.counters["frac_of_copy"] = copy_s / kernel_s;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+/// The CNN's element-wise work at batch 64 (conv1's output, 64 x 32 x 28 x 28) and the
+/// optimiser over the CNN's parameters.
+void register_streaming_benchmarks() {
+  const std::int64_t n = 64 * 32 * 28 * 28, pooled = n / 4, params = 857738;
+  struct Buffers {
+    core::Vec<float> x, y, dy, dx, p, g, pooled_y, pooled_dy;
+    Kokkos::View<std::int64_t*, core::MemSpace> argmax;
+    core::Tensor<float> logits, dlogits;
+    core::Labels labels;
+    core::Sgd<float> sgd{[] { core::SgdOptions o; o.lr = 0.01; o.momentum = 0.9; return o; }()};
+  };
+  static Buffers b;  // lives until exit; filled once (benchmarks run after main's setup)
+  b.x = random_vec("bench::ew_x", n, 11);
+  b.y = core::make_tensor<float>("bench::ew_y", {n}).data;
+  b.dy = random_vec("bench::ew_dy", n, 12);
+  b.dx = core::make_tensor<float>("bench::ew_dx", {n}).data;
+  b.p = random_vec("bench::p", params, 13);
+  b.g = random_vec("bench::g", params, 14);
+  b.pooled_y = core::make_tensor<float>("bench::pooled_y", {pooled}).data;
+  b.pooled_dy = random_vec("bench::pooled_dy", pooled, 16);
+  b.argmax = Kokkos::View<std::int64_t*, core::MemSpace>("bench::argmax", static_cast<std::size_t>(pooled));
+  b.logits = core::tensor_from_host<float>("bench::logits", {64 * 16, 10}, random_host(64 * 16 * 10, 15));
+  b.dlogits = core::make_tensor<float>("bench::dlogits", {64 * 16, 10});
+  b.labels = core::Labels("bench::labels", 64 * 16);
+  core::Pool2dGeometry pg;
+  pg.batch = 64; pg.channels = 32; pg.height = pg.width = 28; pg.kernel = pg.stride = 2;
+  const double f = sizeof(float), i64 = sizeof(std::int64_t);
+  struct Case {
+    std::string name;
+    std::function<void()> run;
+    double bytes;
+  };
+  const std::vector<Case> cases{
+      {"relu_fwd", [] { core::relu_forward(b.x, b.y); }, 2 * f * n},
+      {"relu_bwd", [] { core::relu_backward(b.x, b.dy, b.dx); }, 3 * f * n},
+      {"maxpool2x2_fwd", [pg] { core::maxpool2d_forward(pg, b.x, b.pooled_y, b.argmax); },
+       f * n + (f + i64) * pooled},
+      {"maxpool2x2_bwd", [pg] { core::maxpool2d_backward(pg, b.pooled_dy, b.argmax, b.dx); },
+       f * n + (f + i64) * pooled + f * pooled},
+      {"softmax_ce", [] { core::softmax_cross_entropy(b.logits, b.labels, 64 * 16, b.dlogits); }, 2 * f * 64 * 16 * 10},
+      {"sgd_momentum", [] { b.sgd.step(b.p, b.g); }, 5 * f * params},
+  };
+  for (const auto& c : cases) {
+    benchmark::RegisterBenchmark(("stream/" + c.name).c_str(), bench_streaming, c.run, c.bytes)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
 // ---- training step -------------------------------------------------------------------------
 
 void bench_train_step(benchmark::State& state, const std::string& model_name) {
@@ -340,6 +432,7 @@ void register_benchmarks() {
       }
     }
   }
+  register_streaming_benchmarks();
   for (const std::string model : {"mlp", "cnn"}) {
     benchmark::RegisterBenchmark(("train_step/" + model).c_str(), bench_train_step, model)
         ->Arg(64)
