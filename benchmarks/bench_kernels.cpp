@@ -44,6 +44,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <cstdio>
 #include <cstdint>
 #include <exception>
@@ -318,18 +319,27 @@ void bench_streaming(benchmark::State& state, const std::function<void()>& run, 
   }
 }
 
+/// The streaming benchmarks' buffers: created at registration, released before Kokkos is
+/// finalised (a View must not outlive Kokkos).
+struct StreamingBuffers {
+  core::Vec<float> x, y, dy, dx, p, g, pooled_y, pooled_dy;
+  Kokkos::View<std::int64_t*, core::MemSpace> argmax;
+  core::Tensor<float> logits, dlogits;
+  core::Labels labels;
+  core::Sgd<float> sgd{[] {
+    core::SgdOptions o;
+    o.lr = 0.01;
+    o.momentum = 0.9;
+    return o;
+  }()};
+};
+std::unique_ptr<StreamingBuffers> streaming_buffers;
+
 /// The CNN's element-wise work at batch 64 (conv1's output, 64 x 32 x 28 x 28) and the
 /// optimiser over the CNN's parameters.
 void register_streaming_benchmarks() {
   const std::int64_t n = 64 * 32 * 28 * 28, pooled = n / 4, params = 857738;
-  struct Buffers {
-    core::Vec<float> x, y, dy, dx, p, g, pooled_y, pooled_dy;
-    Kokkos::View<std::int64_t*, core::MemSpace> argmax;
-    core::Tensor<float> logits, dlogits;
-    core::Labels labels;
-    core::Sgd<float> sgd{[] { core::SgdOptions o; o.lr = 0.01; o.momentum = 0.9; return o; }()};
-  };
-  static Buffers b;  // lives until exit; filled once (benchmarks run after main's setup)
+  auto& b = *(streaming_buffers = std::make_unique<StreamingBuffers>());
   b.x = random_vec("bench::ew_x", n, 11);
   b.y = core::make_tensor<float>("bench::ew_y", {n}).data;
   b.dy = random_vec("bench::ew_dy", n, 12);
@@ -351,14 +361,14 @@ void register_streaming_benchmarks() {
     double bytes;
   };
   const std::vector<Case> cases{
-      {"relu_fwd", [] { core::relu_forward(b.x, b.y); }, 2 * f * n},
-      {"relu_bwd", [] { core::relu_backward(b.x, b.dy, b.dx); }, 3 * f * n},
-      {"maxpool2x2_fwd", [pg] { core::maxpool2d_forward(pg, b.x, b.pooled_y, b.argmax); },
+      {"relu_fwd", [&b] { core::relu_forward(b.x, b.y); }, 2 * f * n},
+      {"relu_bwd", [&b] { core::relu_backward(b.x, b.dy, b.dx); }, 3 * f * n},
+      {"maxpool2x2_fwd", [&b, pg] { core::maxpool2d_forward(pg, b.x, b.pooled_y, b.argmax); },
        f * n + (f + i64) * pooled},
-      {"maxpool2x2_bwd", [pg] { core::maxpool2d_backward(pg, b.pooled_dy, b.argmax, b.dx); },
+      {"maxpool2x2_bwd", [&b, pg] { core::maxpool2d_backward(pg, b.pooled_dy, b.argmax, b.dx); },
        f * n + (f + i64) * pooled + f * pooled},
-      {"softmax_ce", [] { core::softmax_cross_entropy(b.logits, b.labels, 64 * 16, b.dlogits); }, 2 * f * 64 * 16 * 10},
-      {"sgd_momentum", [] { b.sgd.step(b.p, b.g); }, 5 * f * params},
+      {"softmax_ce", [&b] { core::softmax_cross_entropy(b.logits, b.labels, 64 * 16, b.dlogits); }, 2 * f * 64 * 16 * 10},
+      {"sgd_momentum", [&b] { b.sgd.step(b.p, b.g); }, 5 * f * params},
   };
   for (const auto& c : cases) {
     benchmark::RegisterBenchmark(("stream/" + c.name).c_str(), bench_streaming, c.run, c.bytes)
@@ -476,6 +486,7 @@ int main(int argc, char** argv) {
       benchmark::RunSpecifiedBenchmarks();
     }
     benchmark::Shutdown();
+    streaming_buffers.reset();
   }
   Kokkos::finalize();
   return rc;
