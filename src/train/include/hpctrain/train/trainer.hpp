@@ -1,7 +1,9 @@
 #pragma once
 /// @file
-/// The data-parallel training loop: sharded data, forward/backward, bucketed overlapped
-/// gradient all-reduce, optimiser, LR schedule, evaluation, metrics and timeline.
+/// run_training: the whole training run behind `hpctrain train`. Sharded data (io::EpochPlan),
+/// a gradient strategy (GradientSync: bucketed all-reduce, or the exact sum with
+/// --deterministic), optimiser and LR schedule, evaluation, checkpoints and preemption,
+/// progress lines, JSONL metrics and the timeline.
 
 #include <cstdint>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/train/data_parallel.hpp"
+#include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/lr_schedule.hpp"
 
 namespace hpctrain::train {
@@ -58,12 +61,6 @@ struct TrainOptions {
   double checkpoint_every_s = 0.0;     ///< and/or every T seconds (0 = off)
   int keep = 3;                        ///< newest checkpoints kept
   std::string resume = "none";         ///< none | auto (newest valid in checkpoint_dir) | a step directory
-};
-
-struct EvalResult {
-  double loss = 0.0;
-  double accuracy = 0.0;
-  std::int64_t samples = 0;
 };
 
 struct TrainResult {
