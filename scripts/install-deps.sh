@@ -12,7 +12,7 @@ packages=(
   # Kokkos 3.4 (Serial) + Kokkos Kernels, BLAS
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   # small libraries used by the code
-  libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files
