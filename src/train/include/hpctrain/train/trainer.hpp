@@ -24,6 +24,9 @@ struct TrainOptions {
   std::string eval_data;   ///< test split; empty = no evaluation
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;  ///< 0 = no limit; otherwise stop after this many optimiser steps
+  /// Samples per micro-batch over ALL ranks (io::EpochPlan splits it). Every sample's loss is
+  /// divided by the samples of the whole optimiser step (global_batch x accumulate, less at an
+  /// epoch's end) and the ranks' gradients are summed (GradientSync's contract).
   std::int64_t global_batch = 128;
   std::int64_t accumulate = 1;  ///< micro-batches (of global_batch each) per optimiser step
   bool drop_last = true;
@@ -81,8 +84,9 @@ struct TrainResult {
   bool preempted = false;  ///< stopped on SIGUSR1/SIGTERM after checkpointing (exit kExitRequeue)
 };
 
-/// Trains on `comm` (every rank calls it with the same options). Throws hpctrain::Error on bad
-/// input (file, flag or value named).
+/// Trains on `comm` (every rank calls it with the same options; collective throughout). Prints
+/// on rank 0 unless `quiet` (progress_report.cpp holds the lines scripts parse). Throws
+/// hpctrain::Error on bad input (file, flag or value named).
 TrainResult run_training(const TrainOptions& options, coll::Communicator& comm);
 
 /// XXH3-64 of the parameters as stored (bitwise identity check between runs).
