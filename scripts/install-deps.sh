@@ -14,7 +14,7 @@ packages=(
   # oneDNN: the convolutions' CPU fast path (its CMake config also needs OpenCL's headers)
   libdnnl-dev ocl-icd-opencl-dev
   # small libraries used by the code
-  libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files

@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
 # The README's test command: on a fresh Debian 12 machine installs every dependency, builds
-# hpctrain and runs the whole test suite (unit, MPI at 1..4 ranks, I/O, ...).
-# Extra arguments go to ctest, e.g. `scripts/test.sh -L unit` or `-R allreduce`.
+# hpctrain and runs a test set through ctest.
+#
+#   scripts/test.sh            the CI set (about 10 min on 2 cores): every test not labelled `long`
+#   scripts/test.sh --all      every test, `long` ones included
+#
+# A check that takes minutes on its own carries the ctest label `long` and states its minutes
+# in a comment next to its add_test. Other arguments go to ctest, e.g. `scripts/test.sh -L unit`
+# or `scripts/test.sh --all -R allreduce`.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+label_set=(-LE long)
+ctest_args=()
+for arg in "$@"; do
+  if [[ $arg == --all ]]; then
+    label_set=()
+  else
+    ctest_args+=("$arg")
+  fi
+done
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
 # Open MPI refuses to run as root unless told; tests run more ranks than this machine has cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-ctest --test-dir "${HPCTRAIN_BUILD_DIR:-$root/build}" --output-on-failure --timeout 900 "$@"
+ctest --test-dir "${HPCTRAIN_BUILD_DIR:-$root/build}" --output-on-failure --timeout 900 \
+  "${label_set[@]+"${label_set[@]}"}" "${ctest_args[@]+"${ctest_args[@]}"}"

@@ -100,17 +100,21 @@ std::string_view to_string(Algorithm a) noexcept {
 }
 
 Algorithm parse_algorithm(std::string_view name, std::string_view where) {
-  if (name == "auto" || name == "automatic") return Algorithm::automatic;
-  if (name == "ring") return Algorithm::ring;
-  if (name == "tree") return Algorithm::tree;
-  if (name == "mpi") return Algorithm::mpi;
-  if (name == "recursive_doubling") return Algorithm::recursive_doubling;
-  if (name == "rabenseifner") return Algorithm::rabenseifner;
-  if (name == "shm") return Algorithm::shm;
-  if (name == "hierarchical") return Algorithm::hierarchical;
+  if (name == "automatic") return Algorithm::automatic;
+  for (const Algorithm a : kAllAlgorithms) {
+    if (name == to_string(a)) return a;
+  }
   HPCTRAIN_FAIL(std::string(where) + ": unknown all-reduce algorithm '" + std::string(name) +
-                "' (expected one of: auto, ring, tree, mpi, recursive_doubling, rabenseifner, shm, "
-                "hierarchical)");
+                "' (expected one of: " + algorithm_names() + ")");
+}
+
+std::string algorithm_names() {
+  std::string names;
+  for (const Algorithm a : kAllAlgorithms) {
+    if (!names.empty()) names += ", ";
+    names += to_string(a);
+  }
+  return names;
 }
 
 }  // namespace hpctrain::coll

@@ -42,7 +42,6 @@ CMAKE_TO_SPACK = {
     "CLI11": "cli11",
     "nlohmann_json": "nlohmann-json",
     "fmt": "fmt",
-    "spdlog": "spdlog",
     "PkgConfig": "pkgconfig",
     "libxxhash": "xxhash",
     "ucx": "ucx",

@@ -124,7 +124,8 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
       ->capture_default_str();
   train.add_option("--lr-reference-batch", o.lr_reference_batch, "Batch size --lr was tuned for")
       ->capture_default_str();
-  train.add_option("--algo", a.algo, "Gradient all-reduce algorithm: auto, ring, tree, mpi")->capture_default_str();
+  train.add_option("--algo", a.algo, "Gradient all-reduce algorithm: " + hpctrain::coll::algorithm_names())
+      ->capture_default_str();
   train.add_option("--bucket-mb", a.bucket_mb, "Gradient bucket size in MiB (the first bucket is smaller)")
       ->capture_default_str();
   train.add_option("--first-bucket-mb", a.first_bucket_mb, "Size of the first gradient bucket in MiB")

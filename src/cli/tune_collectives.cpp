@@ -207,6 +207,186 @@ std::vector<std::size_t> parse_sizes(const std::string& list) {
   return sizes;
 }
 
+/// Which node every rank is on: HPCTRAIN_RANKS_PER_NODE virtual nodes, else the shared-memory
+/// domains. Collective over `comm`; owns (and frees) the node communicator.
+class NodeLayout {
+ public:
+  NodeLayout(MPI_Comm comm, int virtual_ranks_per_node) {
+    int rank = 0, size = 1;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    HPCTRAIN_CHECK_MPI(MPI_Comm_size(comm, &size));
+    if (virtual_ranks_per_node > 0) {
+      HPCTRAIN_CHECK_MPI(MPI_Comm_split(comm, rank / virtual_ranks_per_node, rank, &node_comm));
+    } else {
+      HPCTRAIN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
+    }
+    int node_leader = rank;
+    HPCTRAIN_CHECK_MPI(MPI_Allreduce(&rank, &node_leader, 1, MPI_INT, MPI_MIN, node_comm));
+    std::vector<int> leaders(static_cast<std::size_t>(size));
+    HPCTRAIN_CHECK_MPI(MPI_Allgather(&node_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm));
+    for (int r = 1; r < size; ++r) {
+      if (leaders[static_cast<std::size_t>(r)] == leaders[0] && intra_peer < 0) intra_peer = r;
+      if (leaders[static_cast<std::size_t>(r)] != leaders[0] && inter_peer < 0) inter_peer = r;
+    }
+    HPCTRAIN_CHECK_MPI(MPI_Comm_size(node_comm, &node_size));
+    for (int r = 0; r < size; ++r) nodes += leaders[static_cast<std::size_t>(r)] == r;
+  }
+  ~NodeLayout() {
+    if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
+  }
+  NodeLayout(const NodeLayout&) = delete;
+  NodeLayout& operator=(const NodeLayout&) = delete;
+
+  MPI_Comm node_comm = MPI_COMM_NULL;  ///< the ranks of this rank's node
+  int intra_peer = -1;                 ///< first other rank on rank 0's node (-1: none)
+  int inter_peer = -1;                 ///< first rank on another node (-1: one node)
+  int node_size = 1;                   ///< ranks on this rank's node
+  int nodes = 0;
+};
+
+/// The per-byte costs every rank measures at once, as in a ring step: γ (reduction kernel),
+/// the shm copy β, and the node barrier (the shm sync before calibration replaces it).
+struct LocalCosts {
+  double gamma_s_per_byte = 0, shm_beta_s_per_byte = 0, node_barrier_s = 0;
+};
+
+LocalCosts measure_local_costs(MPI_Comm comm, MPI_Comm node_comm, bool quick) {
+  LocalCosts c;
+  const std::size_t reduce_bytes = (quick ? std::size_t{4} : std::size_t{16}) << 20;
+  const std::size_t copy_bytes = (quick ? std::size_t{16} : std::size_t{64}) << 20;
+  const int buffer_reps = quick ? 3 : 5;
+  std::vector<float> x(reduce_bytes / sizeof(float), 1.0f), y(reduce_bytes / sizeof(float), 0.5f);
+  c.gamma_s_per_byte = concurrent_s_per_byte(comm, reduce_bytes, buffer_reps, [&] {
+    coll::reduce_into(x.data(), y.data(), x.size(), coll::DataType::f32, coll::ReduceOp::sum);
+  });
+  std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
+  c.shm_beta_s_per_byte = concurrent_s_per_byte(comm, copy_bytes, buffer_reps, [&] {
+    std::memcpy(dst.data(), src.data(), copy_bytes);
+  });
+  const int barrier_reps = quick ? 200 : 2000;
+  HPCTRAIN_CHECK_MPI(MPI_Barrier(node_comm));
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < barrier_reps; ++i) HPCTRAIN_CHECK_MPI(MPI_Barrier(node_comm));
+  const double mine = (MPI_Wtime() - t0) / barrier_reps;
+  HPCTRAIN_CHECK_MPI(MPI_Allreduce(&mine, &c.node_barrier_s, 1, MPI_DOUBLE, MPI_MAX, comm));
+  double checksum = static_cast<double>(x[x.size() / 2]) + dst[copy_bytes / 2];  // keep the work
+  (void)checksum;
+  return c;
+}
+
+/// Calibration: every algorithm that runs on this layout, timed at a few sizes from in-cache to
+/// streaming from memory; the ratio of its measured to its modelled byte cost is its scale there
+/// (CostModel::calibration). The α terms stay as fitted by the ping-pong. Collective.
+void calibrate(Tuning& t, int virtual_ranks_per_node, MPI_Comm comm, int size, int node_size, bool quick) {
+  const std::vector<std::size_t> cal_sizes =
+      quick ? std::vector<std::size_t>{std::size_t{64} << 10, std::size_t{1} << 20}
+            : std::vector<std::size_t>{std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
+                                       std::size_t{64} << 20};
+  const int layout_rpn = virtual_ranks_per_node > 0 ? virtual_ranks_per_node : node_size;
+  t.model.calibration_bytes.clear();
+  for (auto& list : t.model.calibration_scale) list.clear();
+  Tuning run = t;
+  run.ranks_per_node = virtual_ranks_per_node;
+  coll::Communicator cal_comm(coll::make_default_transport(comm), run);
+  // Latency: the shm algorithm's one-step path at 8 B is its synchronisation (a barrier over MPI
+  // costs more than its flags); every other algorithm's 8 B time beyond its formula becomes its
+  // overhead_s (software cost per call the α of a ping-pong does not see).
+  const int latency_reps = quick ? 50 : 500;
+  if (node_size > 1 && std::isfinite(t.formula_s(Algorithm::shm, 8.0, size, layout_rpn))) {
+    t.model.shm_sync_s = allreduce_median_s(cal_comm, comm, Algorithm::shm, 8, latency_reps);
+  }
+  for (Algorithm algo : kTableAlgorithms) {
+    const double formula = t.formula_s(algo, 8.0, size, layout_rpn);
+    if (!std::isfinite(formula)) continue;
+    const double measured = allreduce_median_s(cal_comm, comm, algo, 8, latency_reps);
+    t.model.overhead_s[static_cast<std::size_t>(algo)] = std::max(0.0, measured - formula);
+  }
+  for (std::size_t bytes : cal_sizes) t.model.calibration_bytes.push_back(static_cast<double>(bytes));
+  for (Algorithm algo : kTableAlgorithms) {
+    if (!std::isfinite(t.formula_s(algo, 1.0, size, layout_rpn))) continue;  // cannot run here
+    auto& scale = t.model.calibration_scale[static_cast<std::size_t>(algo)];
+    for (std::size_t bytes : cal_sizes) {
+      const int cal_reps = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes, 3, quick ? 5 : 20));
+      const double n = static_cast<double>(bytes);
+      const double measured = allreduce_median_s(cal_comm, comm, algo, bytes, cal_reps) -
+                              t.model.overhead_s[static_cast<std::size_t>(algo)];
+      const double latency = t.formula_s(algo, n, size, layout_rpn, 0.0);
+      const double byte_terms = t.formula_s(algo, n, size, layout_rpn, 1.0) - latency;
+      // Bounded, so one disturbed measurement cannot make an algorithm free or unusable.
+      scale.push_back(std::clamp((measured - latency) / byte_terms, 0.05, 50.0));
+    }
+  }
+}
+
+/// What the tuning file records about the measurement (host, time, layout, raw points).
+nlohmann::json measurement_metadata(const TuneArgs& a, const NodeLayout& layout, int size, bool virtual_nodes,
+                                    const std::string& transport, const LinkFit& intra, const LinkFit& inter,
+                                    const LocalCosts& costs) {
+  nlohmann::json m;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[32] = "";
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  m["host"] = host;
+  m["time_utc"] = when;
+  m["ranks"] = size;
+  m["nodes"] = layout.nodes;
+  m["ranks_per_node_of_rank0"] = layout.node_size;
+  m["virtual_nodes"] = virtual_nodes;
+  m["transport"] = transport;
+  m["quick"] = a.quick;
+  m["intra_pair"] = layout.intra_peer > 0 ? nlohmann::json::array({0, layout.intra_peer}) : nlohmann::json(nullptr);
+  m["inter_pair"] = layout.inter_peer > 0 ? nlohmann::json::array({0, layout.inter_peer}) : nlohmann::json(nullptr);
+  auto points = [](const LinkFit& f) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [bytes, s] : f.points) j[std::to_string(bytes)] = s;
+    return j;
+  };
+  m["half_round_trip_s"] = {{"intra", points(intra)}, {"inter", points(inter)}};
+  m["reduce_GBps"] = 1e-9 / costs.gamma_s_per_byte;
+  m["copy_GBps_per_rank"] = 1e-9 / costs.shm_beta_s_per_byte;
+  return m;
+}
+
+/// Rank 0's summary of the fitted model (the lines check_tune_collectives.py reads).
+void print_tuning(const Tuning& t, const TuneArgs& a, const NodeLayout& layout, int size, bool virtual_nodes,
+                  const std::string& transport, const LinkFit& intra, const LinkFit& inter) {
+  const int intra_peer = layout.intra_peer, inter_peer = layout.inter_peer, node_size = layout.node_size;
+  std::printf("hpctrain tune-collectives: %d ranks, %d node(s)%s, transport %s%s\n", size, layout.nodes,
+              virtual_nodes ? " (virtual, HPCTRAIN_RANKS_PER_NODE)" : "", transport.c_str(), a.quick ? ", quick" : "");
+  std::printf("  alpha_intra  %10.3f us per message   (ping-pong 0<->%d%s)\n", intra.alpha_s * 1e6,
+              intra_peer > 0 ? intra_peer : inter_peer, intra_peer > 0 ? "" : ", no second rank on node 0");
+  std::printf("  beta_intra   %10.3f GB/s              (1/beta)\n", 1e-9 / intra.beta_s_per_byte);
+  std::printf("  alpha_inter  %10.3f us per message   (%s)\n", inter.alpha_s * 1e6,
+              inter_peer > 0 ? ("ping-pong 0<->" + std::to_string(inter_peer)).c_str() : "one node: = intra");
+  std::printf("  beta_inter   %10.3f GB/s\n", 1e-9 / inter.beta_s_per_byte);
+  std::printf("  gamma        %10.3f GB/s reduced per rank (float32 sum, all ranks at once)\n",
+              1e-9 / t.model.gamma_s_per_byte);
+  std::printf("  shm copy     %10.3f GB/s per rank (memcpy, all ranks at once)\n", 1e-9 / t.model.shm_beta_s_per_byte);
+  std::printf("  shm sync     %10.3f us (%s)\n", t.model.shm_sync_s * 1e6,
+              node_size > 1 ? ("the shm all-reduce of 8 B over " + std::to_string(node_size) + " node ranks").c_str()
+                            : "one rank per node: not measured, kept from the input/defaults");
+  std::printf("  overhead per call (8 B measured - formula):");
+  for (Algorithm algo : kTableAlgorithms) {
+    if (!t.model.calibration_scale[static_cast<std::size_t>(algo)].empty()) {
+      std::printf(" %s %.2f us", std::string(to_string(algo)).c_str(), t.model.overhead_s[static_cast<std::size_t>(algo)] * 1e6);
+    }
+  }
+  std::printf("\n");
+  std::printf("  calibration (measured / modelled byte cost) at");
+  for (double b : t.model.calibration_bytes) std::printf(" %s", human_bytes(static_cast<std::size_t>(b)).c_str());
+  std::printf(":\n");
+  for (Algorithm algo : kTableAlgorithms) {
+    const auto& scale = t.model.calibration_scale[static_cast<std::size_t>(algo)];
+    if (scale.empty()) continue;
+    std::printf("    %-20s", std::string(to_string(algo)).c_str());
+    for (double x : scale) std::printf(" %6.2f", x);
+    std::printf("\n");
+  }
+  std::printf("  wrote %s (use HPCTRAIN_TUNING_FILE=%s)\n", a.output.c_str(), a.output.c_str());
+}
+
 }  // namespace
 
 void add_tune_options(CLI::App& app, TuneArgs& a) {
@@ -259,185 +439,35 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
   HPCTRAIN_REQUIRE(size >= 2, "tune-collectives measures between ranks: run it with 2 or more ranks "
                               "(mpirun -n 2 hpctrain tune-collectives), or pass --predict-only");
   const int reps = a.reps > 0 ? a.reps : (a.quick ? 10 : 50);
-
-  // Node of every rank: HPCTRAIN_RANKS_PER_NODE virtual nodes, else the shared-memory domains.
-  MPI_Comm node_comm = MPI_COMM_NULL;
-  if (base.ranks_per_node > 0) {
-    HPCTRAIN_CHECK_MPI(MPI_Comm_split(comm, rank / base.ranks_per_node, rank, &node_comm));
-  } else {
-    HPCTRAIN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
-  }
-  struct CommFree {  // frees the node communicator on every way out
-    explicit CommFree(MPI_Comm& comm) : c(comm) {}
-    CommFree(const CommFree&) = delete;
-    CommFree& operator=(const CommFree&) = delete;
-    ~CommFree() {
-      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
-    }
-    MPI_Comm& c;
-  } free_node_comm{node_comm};
-  int node_leader = rank;
-  HPCTRAIN_CHECK_MPI(MPI_Allreduce(&rank, &node_leader, 1, MPI_INT, MPI_MIN, node_comm));
-  std::vector<int> leaders(static_cast<std::size_t>(size));
-  HPCTRAIN_CHECK_MPI(MPI_Allgather(&node_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm));
-  int intra_peer = -1, inter_peer = -1;
-  for (int r = 1; r < size; ++r) {
-    if (leaders[static_cast<std::size_t>(r)] == leaders[0] && intra_peer < 0) intra_peer = r;
-    if (leaders[static_cast<std::size_t>(r)] != leaders[0] && inter_peer < 0) inter_peer = r;
-  }
-  int node_size = 1;
-  HPCTRAIN_CHECK_MPI(MPI_Comm_size(node_comm, &node_size));
-  int nodes = 0;
-  for (int r = 0; r < size; ++r) nodes += leaders[static_cast<std::size_t>(r)] == r;
+  const NodeLayout layout(comm, base.ranks_per_node);
 
   auto transport = coll::make_default_transport(comm);
   std::vector<std::size_t> ping_sizes;
   for (std::size_t b = 8; b <= (std::size_t{4} << 20); b *= a.quick ? 64 : 8) ping_sizes.push_back(b);
   if (ping_sizes.back() != (std::size_t{4} << 20)) ping_sizes.push_back(std::size_t{4} << 20);
   LinkFit intra, inter;
-  if (intra_peer > 0) intra = measure_link(*transport, comm, 0, intra_peer, ping_sizes, reps);
-  if (inter_peer > 0) inter = measure_link(*transport, comm, 0, inter_peer, ping_sizes, reps);
-  if (intra_peer < 0) intra = inter;  // one rank per node: every link crosses nodes
-  if (inter_peer < 0) inter = intra;  // one node
-
-  const std::size_t reduce_bytes = (a.quick ? std::size_t{4} : std::size_t{16}) << 20;
-  const std::size_t copy_bytes = (a.quick ? std::size_t{16} : std::size_t{64}) << 20;
-  const int buffer_reps = a.quick ? 3 : 5;
-  std::vector<float> x(reduce_bytes / sizeof(float), 1.0f), y(reduce_bytes / sizeof(float), 0.5f);
-  const double gamma = concurrent_s_per_byte(comm, reduce_bytes, buffer_reps, [&] {
-    coll::reduce_into(x.data(), y.data(), x.size(), coll::DataType::f32, coll::ReduceOp::sum);
-  });
-  std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
-  const double shm_beta = concurrent_s_per_byte(comm, copy_bytes, buffer_reps, [&] {
-    std::memcpy(dst.data(), src.data(), copy_bytes);
-  });
-  const int barrier_reps = a.quick ? 200 : 2000;
-  HPCTRAIN_CHECK_MPI(MPI_Barrier(node_comm));
-  const double t0 = MPI_Wtime();
-  for (int i = 0; i < barrier_reps; ++i) HPCTRAIN_CHECK_MPI(MPI_Barrier(node_comm));
-  const double mine = (MPI_Wtime() - t0) / barrier_reps;
-  double shm_sync = 0;
-  HPCTRAIN_CHECK_MPI(MPI_Allreduce(&mine, &shm_sync, 1, MPI_DOUBLE, MPI_MAX, comm));
-  double checksum = static_cast<double>(x[x.size() / 2]) + dst[copy_bytes / 2];  // keep the work
-  (void)checksum;
+  if (layout.intra_peer > 0) intra = measure_link(*transport, comm, 0, layout.intra_peer, ping_sizes, reps);
+  if (layout.inter_peer > 0) inter = measure_link(*transport, comm, 0, layout.inter_peer, ping_sizes, reps);
+  if (layout.intra_peer < 0) intra = inter;  // one rank per node: every link crosses nodes
+  if (layout.inter_peer < 0) inter = intra;  // one node
+  const LocalCosts costs = measure_local_costs(comm, layout.node_comm, a.quick);
 
   Tuning t = base;
   t.model.alpha_intra_s = intra.alpha_s;
   t.model.beta_intra_s_per_byte = intra.beta_s_per_byte;
   t.model.alpha_inter_s = inter.alpha_s;
   t.model.beta_inter_s_per_byte = inter.beta_s_per_byte;
-  t.model.gamma_s_per_byte = gamma;
-  t.model.shm_beta_s_per_byte = shm_beta;
+  t.model.gamma_s_per_byte = costs.gamma_s_per_byte;
+  t.model.shm_beta_s_per_byte = costs.shm_beta_s_per_byte;
   // One rank per node has nothing to synchronise: keep the base value rather than write a 0.
-  t.model.shm_sync_s = node_size > 1 ? shm_sync : base.model.shm_sync_s;
-
-  // Calibration: every algorithm that runs on this layout, timed at a few sizes from in-cache to
-  // streaming from memory; the ratio of its measured to its modelled byte cost is its scale there
-  // (CostModel::calibration). The α terms stay as fitted by the ping-pong.
-  const std::vector<std::size_t> cal_sizes =
-      a.quick ? std::vector<std::size_t>{std::size_t{64} << 10, std::size_t{1} << 20}
-              : std::vector<std::size_t>{std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
-                                         std::size_t{64} << 20};
-  const int layout_rpn = base.ranks_per_node > 0 ? base.ranks_per_node : node_size;
-  t.model.calibration_bytes.clear();
-  for (auto& list : t.model.calibration_scale) list.clear();
-  {
-    Tuning run = t;
-    run.ranks_per_node = base.ranks_per_node;
-    coll::Communicator cal_comm(coll::make_default_transport(comm), run);
-    // Latency: the shm algorithm's one-step path at 8 B is its synchronisation (a barrier over MPI
-    // costs more than its flags); every other algorithm's 8 B time beyond its formula becomes its
-    // overhead_s (software cost per call the α of a ping-pong does not see).
-    const int latency_reps = a.quick ? 50 : 500;
-    if (node_size > 1 && std::isfinite(t.formula_s(Algorithm::shm, 8.0, size, layout_rpn))) {
-      t.model.shm_sync_s = allreduce_median_s(cal_comm, comm, Algorithm::shm, 8, latency_reps);
-    }
-    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
-                           Algorithm::shm, Algorithm::hierarchical}) {
-      const double formula = t.formula_s(algo, 8.0, size, layout_rpn);
-      if (!std::isfinite(formula)) continue;
-      const double measured = allreduce_median_s(cal_comm, comm, algo, 8, latency_reps);
-      t.model.overhead_s[static_cast<std::size_t>(algo)] = std::max(0.0, measured - formula);
-    }
-    for (std::size_t bytes : cal_sizes) t.model.calibration_bytes.push_back(static_cast<double>(bytes));
-    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
-                           Algorithm::shm, Algorithm::hierarchical}) {
-      if (!std::isfinite(t.formula_s(algo, 1.0, size, layout_rpn))) continue;  // cannot run here
-      auto& scale = t.model.calibration_scale[static_cast<std::size_t>(algo)];
-      for (std::size_t bytes : cal_sizes) {
-        const int cal_reps = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes, 3, a.quick ? 5 : 20));
-        const double n = static_cast<double>(bytes);
-        const double measured = allreduce_median_s(cal_comm, comm, algo, bytes, cal_reps) -
-                                t.model.overhead_s[static_cast<std::size_t>(algo)];
-        const double latency = t.formula_s(algo, n, size, layout_rpn, 0.0);
-        const double byte_terms = t.formula_s(algo, n, size, layout_rpn, 1.0) - latency;
-        // Bounded, so one disturbed measurement cannot make an algorithm free or unusable.
-        scale.push_back(std::clamp((measured - latency) / byte_terms, 0.05, 50.0));
-      }
-    }
-  }
+  t.model.shm_sync_s = layout.node_size > 1 ? costs.node_barrier_s : base.model.shm_sync_s;
+  calibrate(t, base.ranks_per_node, comm, size, layout.node_size, a.quick);
 
   if (rank == 0) {
-    nlohmann::json m;
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    const std::time_t now = std::time(nullptr);
-    char when[32] = "";
-    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    m["host"] = host;
-    m["time_utc"] = when;
-    m["ranks"] = size;
-    m["nodes"] = nodes;
-    m["ranks_per_node_of_rank0"] = node_size;
-    m["virtual_nodes"] = base.ranks_per_node > 0;
-    m["transport"] = transport->name();
-    m["quick"] = a.quick;
-    m["intra_pair"] = intra_peer > 0 ? nlohmann::json::array({0, intra_peer}) : nlohmann::json(nullptr);
-    m["inter_pair"] = inter_peer > 0 ? nlohmann::json::array({0, inter_peer}) : nlohmann::json(nullptr);
-    auto points = [](const LinkFit& f) {
-      nlohmann::json j = nlohmann::json::object();
-      for (const auto& [bytes, s] : f.points) j[std::to_string(bytes)] = s;
-      return j;
-    };
-    m["half_round_trip_s"] = {{"intra", points(intra)}, {"inter", points(inter)}};
-    m["reduce_GBps"] = 1e-9 / gamma;
-    m["copy_GBps_per_rank"] = 1e-9 / shm_beta;
-    t.save(a.output, m.dump());
+    const bool virtual_nodes = base.ranks_per_node > 0;
+    t.save(a.output, measurement_metadata(a, layout, size, virtual_nodes, transport->name(), intra, inter, costs).dump());
     t.tuning_file = a.output;
-    std::printf("hpctrain tune-collectives: %d ranks, %d node(s)%s, transport %s%s\n", size, nodes,
-                base.ranks_per_node > 0 ? " (virtual, HPCTRAIN_RANKS_PER_NODE)" : "", transport->name().c_str(),
-                a.quick ? ", quick" : "");
-    std::printf("  alpha_intra  %10.3f us per message   (ping-pong 0<->%d%s)\n", intra.alpha_s * 1e6,
-                intra_peer > 0 ? intra_peer : inter_peer, intra_peer > 0 ? "" : ", no second rank on node 0");
-    std::printf("  beta_intra   %10.3f GB/s              (1/beta)\n", 1e-9 / intra.beta_s_per_byte);
-    std::printf("  alpha_inter  %10.3f us per message   (%s)\n", inter.alpha_s * 1e6,
-                inter_peer > 0 ? ("ping-pong 0<->" + std::to_string(inter_peer)).c_str() : "one node: = intra");
-    std::printf("  beta_inter   %10.3f GB/s\n", 1e-9 / inter.beta_s_per_byte);
-    std::printf("  gamma        %10.3f GB/s reduced per rank (float32 sum, all ranks at once)\n", 1e-9 / gamma);
-    std::printf("  shm copy     %10.3f GB/s per rank (memcpy, all ranks at once)\n", 1e-9 / shm_beta);
-    std::printf("  shm sync     %10.3f us (%s)\n", t.model.shm_sync_s * 1e6,
-                node_size > 1 ? ("the shm all-reduce of 8 B over " + std::to_string(node_size) + " node ranks").c_str()
-                              : "one rank per node: not measured, kept from the input/defaults");
-    std::printf("  overhead per call (8 B measured - formula):");
-    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
-                           Algorithm::shm, Algorithm::hierarchical}) {
-      if (!t.model.calibration_scale[static_cast<std::size_t>(algo)].empty()) {
-        std::printf(" %s %.2f us", std::string(to_string(algo)).c_str(), t.model.overhead_s[static_cast<std::size_t>(algo)] * 1e6);
-      }
-    }
-    std::printf("\n");
-    std::printf("  calibration (measured / modelled byte cost) at");
-    for (double b : t.model.calibration_bytes) std::printf(" %s", human_bytes(static_cast<std::size_t>(b)).c_str());
-    std::printf(":\n");
-    for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner,
-                           Algorithm::shm, Algorithm::hierarchical}) {
-      const auto& scale = t.model.calibration_scale[static_cast<std::size_t>(algo)];
-      if (scale.empty()) continue;
-      std::printf("    %-20s", std::string(to_string(algo)).c_str());
-      for (double x : scale) std::printf(" %6.2f", x);
-      std::printf("\n");
-    }
-    std::printf("  wrote %s (use HPCTRAIN_TUNING_FILE=%s)\n", a.output.c_str(), a.output.c_str());
+    print_tuning(t, a, layout, size, virtual_nodes, transport->name(), intra, inter);
     if (a.predict_ranks_per_node > 0) print_prediction(t, a.predict_ranks_per_node, a.predict_nodes_max, sizes);
     std::fflush(stdout);
   }

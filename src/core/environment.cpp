@@ -4,8 +4,11 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "hpctrain/collectives/error.hpp"
 
@@ -136,6 +139,38 @@ Environment::Environment() {
 
 Environment::Environment(int& argc, char**& argv) { start(argc, argv); }
 
+namespace {
+
+bool is_help_flag(const char* arg) { return std::strcmp(arg, "--help") == 0 || std::strcmp(arg, "-h") == 0; }
+
+/// Kokkos::initialize without --help and -h: Kokkos would answer them with its own banner of
+/// options before the program's help. Kokkos sees every other argument and may remove those it
+/// consumes; argv is then the remaining ones with each help flag back after the argument it
+/// followed (so `prog sub --help` still asks for the subcommand's help).
+void initialize_kokkos_without_help(int& argc, char** argv) {
+  std::vector<char*> kept(argv, argv + argc);
+  std::vector<std::pair<char*, char*>> help;  // (help flag, the argument before it)
+  for (int i = argc - 1; i >= 1; --i) {
+    if (!is_help_flag(argv[i])) continue;
+    help.emplace_back(argv[i], argv[i - 1]);
+    kept.erase(kept.begin() + i);
+  }
+  int kokkos_argc = static_cast<int>(kept.size());
+  kept.push_back(nullptr);
+  char** kokkos_argv = kept.data();
+  Kokkos::initialize(kokkos_argc, kokkos_argv);
+  std::vector<char*> remaining(kokkos_argv, kokkos_argv + kokkos_argc);
+  for (auto it = help.rbegin(); it != help.rend(); ++it) {
+    auto after = std::find(remaining.begin(), remaining.end(), it->second);
+    remaining.insert(after == remaining.end() ? remaining.end() : after + 1, it->first);
+  }
+  std::copy(remaining.begin(), remaining.end(), argv);
+  argc = static_cast<int>(remaining.size());
+  argv[argc] = nullptr;
+}
+
+}  // namespace
+
 void Environment::start(int& argc, char**& argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -152,7 +187,7 @@ void Environment::start(int& argc, char**& argv) {
   applied_threads() = t;
   if (!Kokkos::is_initialized()) {
     try {
-      Kokkos::initialize(argc, argv);
+      initialize_kokkos_without_help(argc, argv);
     } catch (...) {
       if (owns_mpi_) MPI_Finalize();
       throw;

@@ -90,6 +90,9 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+// A failing case names its configuration ("adamw"), not the function's address.
+void PrintTo(Config (*make)(), std::ostream* os) { *os << make().name; }
+
 class Resume : public ::testing::TestWithParam<Config (*)()> {};
 
 TEST_P(Resume, SameRankCountIsBitwiseAndOtherRankCountsWithinRounding) {

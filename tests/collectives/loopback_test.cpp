@@ -109,6 +109,14 @@ void check_allreduce(Communicator& comm, Algorithm algo, std::size_t count, std:
   }
 }
 
+// A failing case names itself: "(ring_small_segments, 3 ranks)", test names "ring_small_segments_p3".
+void PrintTo(const std::tuple<Variant, int>& p, std::ostream* os) {
+  *os << "(" << std::get<0>(p).name << ", " << std::get<1>(p) << " ranks)";
+}
+std::string variant_and_ranks_name(const ::testing::TestParamInfo<std::tuple<Variant, int>>& info) {
+  return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
+}
+
 class LoopbackAllreduce : public ::testing::TestWithParam<std::tuple<Variant, int>> {};
 
 TEST_P(LoopbackAllreduce, MatchesReferenceForEveryTypeOpAndSize) {
@@ -127,9 +135,7 @@ TEST_P(LoopbackAllreduce, MatchesReferenceForEveryTypeOpAndSize) {
 INSTANTIATE_TEST_SUITE_P(
     AllVariants, LoopbackAllreduce,
     ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Range(1, 17)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
-    });
+    variant_and_ranks_name);
 
 // 1 Mi + 3 elements: many segments, blocks of unequal length, every type and op.
 class LoopbackLarge : public ::testing::TestWithParam<std::tuple<Variant, int>> {};
@@ -153,16 +159,12 @@ INSTANTIATE_TEST_SUITE_P(
                                          variant_named("rabenseifner_small_segments"), variant_named("shm"),
                                          variant_named("hierarchical_rpn2")),
                        ::testing::Values(2, 3, 5, 16)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
-    });
+    variant_and_ranks_name);
 // Recursive doubling has no segments; at 16 threads its lg p whole-vector exchanges took 85 s
 // on the loaded 2-core CI machine, so it stops at 5 ranks (folding and 2 exchanges).
 INSTANTIATE_TEST_SUITE_P(
     RecursiveDoubling, LoopbackLarge, ::testing::Combine(::testing::Values(variant_named("recursive_doubling")), ::testing::Values(2, 3, 5)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_p" + std::to_string(std::get<1>(info.param));
-    });
+    variant_and_ranks_name);
 
 
 TEST(LoopbackShm, StressBackToBackSmallAndSegmented) {

@@ -152,6 +152,25 @@ TEST(EpochPlan, GranulesAreWholeAndTileTheBatch) {
   EXPECT_THROW(io::EpochPlan(10, 4, 0, 1, 0, false, true, 0), hpctrain::Error);
 }
 
+// Sample positions name each draw of the run once, whatever P: the ranks' first positions
+// tile each global batch, and batches and epochs follow each other without gaps or overlaps.
+TEST(EpochPlan, SamplePositionsTileTheRunAtAnyRankCount) {
+  const std::int64_t n = 103, batch = 10;  // 10 full batches and a partial one of 3
+  for (int world : {1, 2, 3, 7, 16}) {
+    std::int64_t expected = 0;
+    for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
+      for (std::int64_t b = 0; b < 11; ++b) {
+        for (int r = 0; r < world; ++r) {
+          const io::EpochPlan plan(n, batch, r, world, 5, /*drop_last=*/false);
+          EXPECT_EQ(plan.rank_sample_position(epoch, b), expected) << "P " << world << " epoch " << epoch << " batch " << b << " rank " << r;
+          expected += plan.rank_slice(b).count;
+        }
+      }
+      EXPECT_EQ(expected, (epoch + 1) * n);
+    }
+  }
+}
+
 TEST(EpochPlan, UnevenSplitIsFloorBased) {
   // B = 10 over P = 4: floor(r*10/4) gives offsets 0, 2, 5, 7 and counts 2, 3, 2, 3.
   const std::vector<io::RankSlice> expected = {{0, 2}, {2, 3}, {5, 2}, {7, 3}};

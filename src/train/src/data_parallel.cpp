@@ -11,9 +11,9 @@ namespace hpctrain::train {
 
 namespace {
 
-std::uint64_t model_fingerprint(const models::Sequential<float>& model) {
+std::uint64_t tensor_fingerprint(const std::vector<models::ParameterInfo>& tensors) {
   std::string description;
-  for (const auto& p : model.parameter_info()) {
+  for (const auto& p : tensors) {
     description += p.name + ":" + std::to_string(p.offset) + ":" + std::to_string(p.count) + ";";
   }
   return XXH3_64bits(description.data(), description.size());
@@ -21,17 +21,32 @@ std::uint64_t model_fingerprint(const models::Sequential<float>& model) {
 
 }  // namespace
 
-DataParallel::DataParallel(coll::Communicator& comm, models::Sequential<float>& model,
-                           DataParallelOptions options, Timeline* timeline)
-    : comm_(comm), model_(model), options_(options), timeline_(timeline) {
-  HPCTRAIN_REQUIRE(options_.bucket_bytes > 0 && options_.first_bucket_bytes > 0,
-                   "--bucket-mb must be positive");
-  const auto& info = model_.parameter_info();
+ParameterBuffers ParameterBuffers::of(const models::Sequential<float>& model) {
+  return ParameterBuffers{model.parameter_buffer(), model.gradient_buffer(), model.parameter_info()};
+}
+
+void broadcast_parameters(coll::Communicator& comm, const ParameterBuffers& buffers) {
+  std::int64_t mine[2] = {buffers.count(), static_cast<std::int64_t>(tensor_fingerprint(buffers.tensors))};
+  std::int64_t lo[2] = {mine[0], mine[1]}, hi[2] = {mine[0], mine[1]};
+  comm.allreduce(lo, 2, coll::ReduceOp::min);
+  comm.allreduce(hi, 2, coll::ReduceOp::max);
+  HPCTRAIN_REQUIRE(lo[0] == hi[0] && lo[1] == hi[1],
+                   "ranks built different models (this rank: " + std::to_string(mine[0]) +
+                       " parameters; counts across ranks range " + std::to_string(lo[0]) + ".." +
+                       std::to_string(hi[0]) + "): every rank must get the same --model and options");
+  Kokkos::fence();
+  comm.broadcast(buffers.parameters.data(), buffers.parameters.extent(0), coll::DataType::f32, 0);
+}
+
+std::vector<GradientBucket> plan_gradient_buckets(const std::vector<models::ParameterInfo>& tensors,
+                                                  const DataParallelOptions& options) {
+  HPCTRAIN_REQUIRE(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, "--bucket-mb must be positive");
+  std::vector<GradientBucket> buckets;
   // Reverse registration order; a bucket closes once it holds at least its byte target.
-  std::size_t target = options_.first_bucket_bytes;
+  std::size_t target = options.first_bucket_bytes;
   GradientBucket current;
   bool open = false;
-  for (auto it = info.rbegin(); it != info.rend(); ++it) {
+  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) {
     if (!open) {
       current = GradientBucket{it->offset + it->count, 0, it->layer};
       open = true;
@@ -40,27 +55,24 @@ DataParallel::DataParallel(coll::Communicator& comm, models::Sequential<float>& 
     current.count += it->count;
     current.ready_after_layer = it->layer;
     if (static_cast<std::size_t>(current.count) * sizeof(float) >= target) {
-      buckets_.push_back(current);
+      buckets.push_back(current);
       open = false;
-      target = options_.bucket_bytes;
+      target = options.bucket_bytes;
     }
   }
-  if (open) buckets_.push_back(current);
+  if (open) buckets.push_back(current);
+  return buckets;
 }
 
-void DataParallel::broadcast_parameters() {
-  std::int64_t mine[2] = {model_.parameter_count(), static_cast<std::int64_t>(model_fingerprint(model_))};
-  std::int64_t lo[2] = {mine[0], mine[1]}, hi[2] = {mine[0], mine[1]};
-  comm_.allreduce(lo, 2, coll::ReduceOp::min);
-  comm_.allreduce(hi, 2, coll::ReduceOp::max);
-  HPCTRAIN_REQUIRE(lo[0] == hi[0] && lo[1] == hi[1],
-                   "ranks built different models (this rank: " + std::to_string(mine[0]) +
-                       " parameters; counts across ranks range " + std::to_string(lo[0]) + ".." +
-                       std::to_string(hi[0]) + "): every rank must get the same --model and options");
-  Kokkos::fence();
-  const auto& params = model_.parameter_buffer();
-  comm_.broadcast(params.data(), params.extent(0), coll::DataType::f32, 0);
-}
+DataParallel::DataParallel(coll::Communicator& comm, ParameterBuffers buffers, DataParallelOptions options,
+                           Timeline* timeline)
+    : comm_(comm),
+      buffers_(std::move(buffers)),
+      options_(options),
+      timeline_(timeline),
+      buckets_(plan_gradient_buckets(buffers_.tensors, options_)) {}
+
+void DataParallel::broadcast_parameters() { train::broadcast_parameters(comm_, buffers_); }
 
 void DataParallel::begin_step(bool sync) {
   sync_ = sync;
@@ -85,7 +97,7 @@ void DataParallel::launch(std::size_t bucket) {
   // thread reads them (a no-op on host backends; required on GPUs).
   Kokkos::fence();
   const GradientBucket& b = buckets_[bucket];
-  float* grads = model_.gradient_buffer().data() + b.offset;
+  float* grads = buffers_.gradients.data() + b.offset;
   work_.push_back(comm_.iallreduce(grads, grads, static_cast<std::size_t>(b.count), coll::DataType::f32,
                                    coll::ReduceOp::sum, options_.algorithm));
 }

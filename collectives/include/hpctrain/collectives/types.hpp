@@ -53,6 +53,11 @@ enum class ReduceOp { sum, prod, min, max, avg };
 /// - shm: single-copy over node-local shared memory (all ranks on one node)
 /// - hierarchical: intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather
 enum class Algorithm { automatic, ring, tree, mpi, recursive_doubling, rabenseifner, shm, hierarchical };
+/// Every Algorithm, in declaration order (help texts and parse errors list them from here).
+inline constexpr Algorithm kAllAlgorithms[] = {Algorithm::automatic,          Algorithm::ring,
+                                               Algorithm::tree,               Algorithm::mpi,
+                                               Algorithm::recursive_doubling, Algorithm::rabenseifner,
+                                               Algorithm::shm,                Algorithm::hierarchical};
 
 std::size_t size_of(DataType t) noexcept;
 std::string_view to_string(DataType t) noexcept;
@@ -60,6 +65,8 @@ std::string_view to_string(ReduceOp op) noexcept;
 std::string_view to_string(Algorithm a) noexcept;
 /// Parses the names to_string gives (and "automatic"); throws hpctrain::Error naming `where`.
 Algorithm parse_algorithm(std::string_view name, std::string_view where = "algorithm");
+/// The to_string names of kAllAlgorithms joined by ", " ("auto, ring, tree, ...").
+std::string algorithm_names();
 
 /// The DataType of a C++ element type.
 template <class T>

@@ -98,6 +98,17 @@ class EpochPlan {
   }
   std::vector<std::int64_t> rank_indices(std::int64_t epoch, std::int64_t batch, int rank) const;
 
+  /// Where position `position` of global batch `batch` in `epoch` lies in the run's sequence of
+  /// sample draws: epoch * N + batch * B + position. It names a draw the same way at any P, so
+  /// per-sample random streams (dropout) are keyed by it; it is not an index into the data set.
+  std::int64_t sample_position(std::int64_t epoch, std::int64_t batch, std::int64_t position) const noexcept {
+    return epoch * count_ + batch * global_batch_ + position;
+  }
+  /// sample_position of this rank's first sample of global batch `batch` in `epoch`.
+  std::int64_t rank_sample_position(std::int64_t epoch, std::int64_t batch) const {
+    return sample_position(epoch, batch, rank_slice(batch).offset);
+  }
+
  private:
   void check_batch(std::int64_t batch) const;
 

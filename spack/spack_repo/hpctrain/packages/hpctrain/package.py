@@ -66,7 +66,6 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("cli11")
     depends_on("nlohmann-json@3.9:")
     depends_on("fmt")
-    depends_on("spdlog")
     depends_on("xxhash@0.8:")  # XXH3_64bits
     depends_on("zlib-api")  # io: gzip-compressed IDX import
     depends_on("ucx@1.12:", when="+ucx")

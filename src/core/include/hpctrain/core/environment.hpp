@@ -59,6 +59,9 @@ std::string describe(const ComputeThreads& t);
 class Environment {
  public:
   Environment();
+  /// MPI_Init_thread, then Kokkos::initialize on the arguments; both may remove the arguments
+  /// they consume. Kokkos never sees --help or -h (they stay in argv for the program's own
+  /// parser), so a program's help is not preceded by Kokkos's.
   Environment(int& argc, char**& argv);
   ~Environment();
   Environment(const Environment&) = delete;

@@ -1,21 +1,31 @@
 #pragma once
 /// @file
-/// Data-parallel gradient synchronisation with buckets overlapped with backward.
+/// DataParallel: gradient all-reduce in buckets, overlapped with backward, on a parameter and
+/// gradient buffer pair (ParameterBuffers; models::Sequential provides one).
 ///
-/// Gradients live in the model's one contiguous buffer, so a bucket is a range of it: no
-/// copies. Buckets are formed in reverse registration order (the order backward produces
-/// them); the first is small so communication starts early, the rest about `bucket_bytes`.
-/// The backward hook launches a bucket's non-blocking all-reduce as soon as the layer that
-/// completes it has run; finish() waits for all before the optimiser step.
+/// Contract: after finish() every rank's gradient buffer holds the SUM of all ranks' gradient
+/// buffers (ReduceOp::sum; nothing is divided by P). For that sum to be the gradient of the
+/// mean loss, every rank divides its per-sample losses by the global batch (the samples of the
+/// step over all ranks, io::EpochPlan::global_batch_size) before backward, as
+/// core::softmax_cross_entropy does with its `global_batch` argument. Parameters are never
+/// touched except by broadcast_parameters().
+///
+/// Gradients live in one contiguous buffer, so a bucket is a range of it: no copies. Buckets
+/// are formed in reverse registration order (the order backward produces them); the first is
+/// small so communication starts early, the rest about `bucket_bytes`. The backward hook
+/// launches a bucket's non-blocking all-reduce as soon as the layer that completes it has run;
+/// finish() waits for all before the optimiser step.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/models/sequential.hpp"
+#include "hpctrain/train/parameter_buffers.hpp"
 #include "hpctrain/train/timeline.hpp"
 
 namespace hpctrain::train {
@@ -32,13 +42,20 @@ struct GradientBucket {
   std::size_t ready_after_layer = 0;  ///< complete once this layer's backward has run
 };
 
+/// The buckets DataParallel forms for `tensors` (see the file comment). Throws when a bucket
+/// size is zero.
+std::vector<GradientBucket> plan_gradient_buckets(const std::vector<models::ParameterInfo>& tensors,
+                                                  const DataParallelOptions& options);
+
 class DataParallel {
  public:
-  DataParallel(coll::Communicator& comm, models::Sequential<float>& model,
-               DataParallelOptions options = {}, Timeline* timeline = nullptr);
+  DataParallel(coll::Communicator& comm, ParameterBuffers buffers, DataParallelOptions options = {},
+               Timeline* timeline = nullptr);
+  DataParallel(coll::Communicator& comm, const models::Sequential<float>& model,
+               DataParallelOptions options = {}, Timeline* timeline = nullptr)
+      : DataParallel(comm, ParameterBuffers::of(model), options, timeline) {}
 
-  /// Checks every rank built the same model (parameter count and a hash of names and shapes;
-  /// a mismatch throws naming the rank), then copies rank 0's parameters to every rank.
+  /// Collective: train::broadcast_parameters on this object's buffers.
   void broadcast_parameters();
 
   /// Call before backward. With sync false (gradient accumulation) no bucket is launched.
@@ -46,7 +63,8 @@ class DataParallel {
   /// The hook to pass to Sequential::backward.
   std::function<void(std::size_t)> backward_hook();
   /// Launches buckets the hook has not launched (e.g. a rank with no samples this step) and
-  /// waits for all; returns the seconds spent waiting (exposed communication).
+  /// waits for all; returns the seconds spent waiting (exposed communication). Collective when
+  /// the step synchronises; returns 0 at once otherwise.
   double finish();
 
   const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
@@ -61,7 +79,7 @@ class DataParallel {
   void launch(std::size_t bucket);
 
   coll::Communicator& comm_;
-  models::Sequential<float>& model_;
+  ParameterBuffers buffers_;
   DataParallelOptions options_;
   Timeline* timeline_;
   std::vector<GradientBucket> buckets_;

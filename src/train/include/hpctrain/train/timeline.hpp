@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/collectives/communicator.hpp"
+
 namespace hpctrain::train {
 
 struct Span {
@@ -34,5 +36,9 @@ class Timeline {
   std::chrono::steady_clock::time_point origin_;
   std::vector<Span> spans_;
 };
+
+/// Collective: gathers every rank's spans to rank 0, which writes one Chrome-trace JSON file
+/// at `path` (one process per rank). Throws on rank 0 when the file cannot be written.
+void write_chrome_trace(const Timeline& timeline, coll::Communicator& comm, const std::string& path);
 
 }  // namespace hpctrain::train

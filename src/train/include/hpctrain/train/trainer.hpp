@@ -1,7 +1,9 @@
 #pragma once
 /// @file
-/// The data-parallel training loop: sharded data, forward/backward, bucketed overlapped
-/// gradient all-reduce, optimiser, LR schedule, evaluation, metrics and timeline.
+/// run_training: the whole training run behind `hpctrain train`. Sharded data (io::EpochPlan),
+/// a gradient strategy (GradientSync: bucketed all-reduce, or the exact sum with
+/// --deterministic), optimiser and LR schedule, evaluation, checkpoints and preemption,
+/// progress lines, JSONL metrics and the timeline.
 
 #include <cstdint>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/train/data_parallel.hpp"
+#include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/lr_schedule.hpp"
 
 namespace hpctrain::train {
@@ -21,6 +24,9 @@ struct TrainOptions {
   std::string eval_data;   ///< test split; empty = no evaluation
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;  ///< 0 = no limit; otherwise stop after this many optimiser steps
+  /// Samples per micro-batch over ALL ranks (io::EpochPlan splits it). Every sample's loss is
+  /// divided by the samples of the whole optimiser step (global_batch x accumulate, less at an
+  /// epoch's end) and the ranks' gradients are summed (GradientSync's contract).
   std::int64_t global_batch = 128;
   std::int64_t accumulate = 1;  ///< micro-batches (of global_batch each) per optimiser step
   bool drop_last = true;
@@ -60,12 +66,6 @@ struct TrainOptions {
   std::string resume = "none";         ///< none | auto (newest valid in checkpoint_dir) | a step directory
 };
 
-struct EvalResult {
-  double loss = 0.0;
-  double accuracy = 0.0;
-  std::int64_t samples = 0;
-};
-
 struct TrainResult {
   std::int64_t steps = 0;
   std::int64_t epochs_completed = 0;
@@ -84,8 +84,9 @@ struct TrainResult {
   bool preempted = false;  ///< stopped on SIGUSR1/SIGTERM after checkpointing (exit kExitRequeue)
 };
 
-/// Trains on `comm` (every rank calls it with the same options). Throws hpctrain::Error on bad
-/// input (file, flag or value named).
+/// Trains on `comm` (every rank calls it with the same options; collective throughout). Prints
+/// on rank 0 unless `quiet` (progress_report.cpp holds the lines scripts parse). Throws
+/// hpctrain::Error on bad input (file, flag or value named).
 TrainResult run_training(const TrainOptions& options, coll::Communicator& comm);
 
 /// XXH3-64 of the parameters as stored (bitwise identity check between runs).

@@ -1,0 +1,56 @@
+#include "hpctrain/train/bucketed_allreduce_sync.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include "apply_gradient.hpp"
+#include "training_pass.hpp"
+
+namespace hpctrain::train {
+
+struct BucketedAllreduceSync::Pass : TrainingPass {};
+
+BucketedAllreduceSync::BucketedAllreduceSync(coll::Communicator& comm, models::Sequential<float>& model,
+                                             DataParallelOptions options, Timeline* timeline)
+    : model_(model), timeline_(timeline), data_parallel_(comm, model, options, timeline),
+      pass_(std::make_unique<Pass>()) {}
+
+BucketedAllreduceSync::~BucketedAllreduceSync() = default;
+
+void BucketedAllreduceSync::begin_step(const OptimizerStep& step) {
+  model_.zero_gradients();
+  step_ = step;
+  micro_ = 0;
+  loss_ = 0.0;
+}
+
+void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
+  using Clock = std::chrono::steady_clock;
+  const bool last = ++micro_ == step_.batch_sizes.size();
+  data_parallel_.begin_step(/*sync=*/last);
+  const auto t_forward = Clock::now();
+  backward_end_ = t_forward;
+  last_had_samples_ = micro.batch.count > 0;
+  if (!last_had_samples_) return;  // its buckets are launched by finish()
+  pass_->input.load(micro.batch, model_.input_shape());
+  loss_ += pass_->forward_loss(model_, step_.index, micro.sample_position, step_.samples());
+  const auto t_backward = Clock::now();
+  if (micro.record && timeline_) timeline_->add(Span{"forward", "compute", 0, t_forward, t_backward});
+  model_.backward(pass_->dlogits, false, data_parallel_.backward_hook());
+  Kokkos::fence();
+  backward_end_ = Clock::now();
+  if (micro.record && timeline_) timeline_->add(Span{"backward", "compute", 0, t_backward, backward_end_});
+}
+
+double BucketedAllreduceSync::finish_step() {
+  const double waited = data_parallel_.finish();
+  for (const auto& span : data_parallel_.last_step_spans()) {
+    if (span.first < backward_end_ && last_had_samples_) overlap_observed_ = true;
+  }
+  return waited;
+}
+
+void BucketedAllreduceSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
+  apply_full_gradient(model_, optimizer, lr, clip_norm);
+}
+
+}  // namespace hpctrain::train

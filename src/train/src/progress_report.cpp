@@ -1,0 +1,155 @@
+#include "progress_report.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/environment.hpp"
+#include "hpctrain/train/exact_sum_sync.hpp"
+
+namespace hpctrain::train {
+
+namespace {
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", t / 3600, (t / 60) % 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+ProgressReport::ProgressReport(const TrainOptions& options, coll::Communicator& comm, const LrSchedule& schedule,
+                               std::int64_t total_steps)
+    : options_(options), comm_(comm), schedule_(schedule), total_steps_(total_steps),
+      chatty_(comm.rank() == 0 && !options.quiet) {
+  if (comm.rank() == 0 && !options.metrics_path.empty()) {
+    metrics_.open(options.metrics_path);
+    HPCTRAIN_REQUIRE(metrics_.good(), "--metrics: cannot write '" + options.metrics_path + "'");
+  }
+}
+
+void ProgressReport::print_start(const RunDescription& run) const {
+  if (!chatty_) return;
+  const TrainOptions& o = options_;
+  std::printf("hpctrain: %s, %lld parameters, %d ranks, global batch %lld%s, %lld steps (%lld epochs x %lld)\n",
+              o.model.value("name", std::string("model")).c_str(), static_cast<long long>(run.parameters),
+              comm_.size(), static_cast<long long>(o.global_batch),
+              o.accumulate > 1 ? (" x " + std::to_string(o.accumulate) + " accumulated").c_str() : "",
+              static_cast<long long>(run.total_steps), static_cast<long long>(o.epochs),
+              static_cast<long long>(run.steps_per_epoch));
+  std::printf("hpctrain: data '%s' (%lld samples), %zu gradient buckets, lr %.4g (%s schedule)\n", o.data.c_str(),
+              static_cast<long long>(run.data_samples), run.gradient_buckets, schedule_.base_lr,
+              to_string(schedule_.kind).c_str());
+  std::printf("hpctrain: compute: %s, convolutions on %s\n", describe(compute_threads()).c_str(),
+              core::conv_backend_name(core::conv_backend()));
+  if (o.deterministic) {
+    std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), exact "
+                "fixed-point gradient sum, BLAS threads per rank: %s\n",
+                static_cast<long long>(o.micro_shard),
+                static_cast<long long>(micro_shard_count(o.global_batch, o.micro_shard)),
+                run.blas_threads < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"
+                                     : std::to_string(run.blas_threads).c_str());
+  }
+  std::fflush(stdout);
+}
+
+void ProgressReport::after_step(std::int64_t step, std::int64_t epoch, double loss_share, std::int64_t samples,
+                                Clock::time_point step_end, const TimeTotals& times) {
+  ++window_steps_;
+  window_loss_ += loss_share;
+  window_samples_ += samples;
+  const bool last = step == total_steps_;
+  if (!((options_.log_every > 0 && step % options_.log_every == 0) || last)) return;
+  double loss = window_loss_;
+  comm_.allreduce(&loss, 1, coll::ReduceOp::sum);
+  loss /= static_cast<double>(window_steps_);
+  const double elapsed = seconds(window_start_, step_end);
+  const double rate = static_cast<double>(window_samples_) / std::max(elapsed, 1e-9);
+  const double eta = static_cast<double>(total_steps_ - step) * elapsed / static_cast<double>(window_steps_);
+  if (chatty_) {
+    std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  ETA %s\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(options_.epochs),
+                static_cast<long long>(step), static_cast<long long>(total_steps_), loss, schedule_.at(step - 1), rate,
+                format_duration(eta).c_str());
+    std::fflush(stdout);
+  }
+  if (metrics_.is_open()) {
+    metrics_ << nlohmann::json{{"type", "train"},         {"step", step},
+                               {"epoch", epoch},          {"loss", loss},
+                               {"lr", schedule_.at(step - 1)}, {"samples_per_s", rate},
+                               {"compute_s", times.compute_s}, {"comm_exposed_s", times.comm_exposed_s},
+                               {"data_wait_s", times.data_wait_s}}
+                    .dump()
+             << "\n";
+    metrics_.flush();
+  }
+  last_loss_ = loss;
+  window_loss_ = 0;
+  window_steps_ = 0;
+  window_samples_ = 0;
+  window_start_ = Clock::now();
+}
+
+void ProgressReport::after_eval(std::int64_t step, std::int64_t epoch, const EvalResult& eval) {
+  if (chatty_) {
+    std::printf("epoch %lld/%lld  test loss %.4f  test accuracy %.2f%% (%lld samples)\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(options_.epochs), eval.loss,
+                100.0 * eval.accuracy, static_cast<long long>(eval.samples));
+    std::fflush(stdout);
+  }
+  if (metrics_.is_open()) {
+    metrics_ << nlohmann::json{{"type", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", eval.loss},
+                               {"accuracy", eval.accuracy}}
+                    .dump()
+             << "\n";
+    metrics_.flush();
+  }
+}
+
+void ProgressReport::print_summary(const TrainResult& r) {
+  if (metrics_.is_open()) {
+    metrics_ << nlohmann::json{{"type", "summary"}, {"ranks", comm_.size()}, {"global_batch", options_.global_batch},
+                               {"steps", r.steps}, {"seconds", r.seconds}, {"samples_per_s", r.samples_per_s},
+                               {"compute_s", r.compute_s}, {"comm_exposed_s", r.comm_exposed_s},
+                               {"data_wait_s", r.data_wait_s}, {"parameter_checksum", r.parameter_checksum},
+                               {"preempted", r.preempted}, {"eval_accuracy", r.eval.accuracy}}
+                    .dump()
+             << "\n";
+  }
+  if (!chatty_) return;
+  std::printf("hpctrain: done: %lld steps in %.1f s, %.0f samples/s after %lld warm-up steps "
+              "(rank 0: compute %.1f s, exposed communication %.1f s, data wait %.1f s)\n",
+              static_cast<long long>(r.steps), r.seconds, r.samples_per_s,
+              static_cast<long long>(options_.warmup_steps_for_throughput), r.compute_s, r.comm_exposed_s,
+              r.data_wait_s);
+  std::printf("hpctrain: final parameter checksum xxh3:%016llx (%lld parameters)\n",
+              static_cast<unsigned long long>(r.parameter_checksum), static_cast<long long>(r.parameter_count));
+  std::fflush(stdout);
+}
+
+void ThroughputMeter::after_step(std::int64_t step, std::int64_t samples, Clock::time_point step_end) {
+  if (step - first_step_ == warmup_steps_) start_ = step_end;
+  if (step - first_step_ > warmup_steps_) samples_ += samples;
+}
+
+void ThroughputMeter::exclude(std::int64_t step, double s) {
+  if (step - first_step_ >= warmup_steps_) excluded_s_ += s;
+}
+
+double ThroughputMeter::samples_per_s(coll::Communicator& comm, Clock::time_point end) const {
+  double elapsed = samples_ > 0 ? seconds(start_, end) - excluded_s_ : 0.0;
+  comm.allreduce(&elapsed, 1, coll::ReduceOp::max);  // the slowest rank sets the pace
+  return elapsed > 0 ? static_cast<double>(samples_) / elapsed : 0.0;
+}
+
+}  // namespace hpctrain::train
