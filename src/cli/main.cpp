@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -319,9 +320,13 @@ int main(int argc, char** argv) {
     return e.get_exit_code() == 0 ? 0 : kExitUsage;
   }
 
+  // Declared outside the try: on an error the catch prints and aborts the job while the
+  // communicator is still alive, instead of its destructor first waiting for peers that are
+  // still training (a collective MPI_Win_free) or stopped.
+  std::optional<Communicator> world;
   try {
     if (*tune) return hpctrain::cli::run_tune_collectives(tune_args, MPI_COMM_WORLD);
-    Communicator comm(hpctrain::coll::make_default_transport(MPI_COMM_WORLD));  // HPCTRAIN_TRANSPORT
+    Communicator& comm = world.emplace(hpctrain::coll::make_default_transport(MPI_COMM_WORLD));  // HPCTRAIN_TRANSPORT
     if (*train) return run_train(train_args, comm);
     if (*import) return run_import(import_args, comm);
     if (*inspect) return run_ckpt_inspect(ckpt_dir, comm);

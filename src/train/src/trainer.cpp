@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "hpctrain/collectives/agreement.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 #include "hpctrain/core/environment.hpp"
@@ -257,21 +259,8 @@ void write_timeline(const Timeline& timeline, coll::Communicator& comm, const st
 }
 
 
-/// Copies rank 0's string to every rank.
-std::string broadcast_string(coll::Communicator& comm, const std::string& s) {
-  std::int64_t length = comm.rank() == 0 ? static_cast<std::int64_t>(s.size()) : 0;
-  comm.broadcast(&length, 1, coll::DataType::i64, 0);
-  std::vector<std::int64_t> words(static_cast<std::size_t>((length + 7) / 8), 0);
-  if (comm.rank() == 0) std::memcpy(words.data(), s.data(), s.size());
-  comm.broadcast(words.data(), words.size(), coll::DataType::i64, 0);
-  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(length));
-}
-
-/// Rank 0's verdict (error text or "") reaches every rank; all throw together.
-void agree_with_rank0(coll::Communicator& comm, const std::string& error) {
-  const std::string verdict = broadcast_string(comm, error);
-  HPCTRAIN_REQUIRE(verdict.empty(), comm.rank() == 0 ? verdict : "rank 0: " + verdict);
-}
+using coll::agree_with_rank0;
+using coll::broadcast_string;
 
 /// What must match between a checkpoint and the run that resumes from it, so the sample
 /// sequence and the model are the same.
@@ -335,7 +324,8 @@ struct ResumePoint {
 ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Sequential<float>& model,
                                    core::Optimizer<float>& optimizer, std::int64_t samples, bool chatty) {
   ResumePoint point;
-  std::string chosen, error;
+  std::string chosen;
+  std::exception_ptr error;
   if (comm.rank() == 0) {
     try {
       if (o.resume == "auto") {
@@ -361,8 +351,8 @@ ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions&
                                ", this run has " + value.dump() + ": resume needs the same value");
         }
       }
-    } catch (const std::exception& e) {
-      error = e.what();
+    } catch (...) {
+      error = std::current_exception();
     }
   }
   agree_with_rank0(comm, error);

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# reliability_scenario.sh SCENARIO HPCTRAIN DATA MPIEXEC
+#
+# One failure through the real command, `mpirun -n 2 hpctrain train`: a failure on some ranks,
+# or a rank frozen with SIGSTOP, must end every rank within a stated bound (no hang), exit
+# non-zero, and print the original cause once, naming the rank. Each run is under `timeout`,
+# so a regression to a hang fails in seconds, not at ctest's TIMEOUT.
+set -u
+scenario=$1 hpctrain=$2 data=$3 mpiexec=$4
+work=$(mktemp -d /tmp/hpctrain-reliability-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+out="" rc=0
+
+fail() { echo "FAIL [$scenario]: $*" >&2; exit 1; }
+# run BOUND_S CMD...: output and status of CMD, killed after BOUND_S seconds (rc 124: a hang).
+run() {
+  local bound=$1
+  shift
+  out=$(timeout -k 5 "$bound" "$@" 2>&1)
+  rc=$?
+  printf '$ %s\n%s\n[exit %d]\n' "$*" "$out" "$rc"
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "did not end within $bound s (a hang)"
+}
+expect_output() {  # REGEX: the last output (newlines as spaces) must match
+  printf '%s\n' "$out" | tr '\n' ' ' | grep -Eq -- "$1" || fail "output does not match /$1/"
+}
+# The cause is printed exactly once (one `hpctrain: error:` line, matching REGEX), never with
+# the rank named twice.
+expect_one_error() {  # REGEX
+  local n
+  n=$(printf '%s\n' "$out" | grep -c '^hpctrain: error:')
+  [[ $n -eq 1 ]] || fail "expected one 'hpctrain: error:' line, got $n"
+  printf '%s\n' "$out" | grep '^hpctrain: error:' | grep -Eq -- "$1" || fail "the error line does not match /$1/"
+  ! printf '%s\n' "$out" | grep -Eq 'rank [0-9]+: rank [0-9]+:' || fail "the rank is named twice"
+}
+train=("$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$data" --no-eval --global-batch 32)
+
+# Freezes (SIGSTOP) rank RANK of the run started with HPCTRAIN_TEST_RUN=$work once it has
+# printed a progress line into LOG; leaves it stopped (the job's abort SIGKILLs it).
+stop_rank_after_progress() {  # LOG RANK
+  local log=$1 rank=$2 env_file pid
+  for _ in $(seq 1 600); do
+    grep -q 'step ' "$log" 2>/dev/null && break
+    sleep 0.1
+  done
+  for env_file in /proc/[0-9]*/environ; do
+    [[ -r $env_file ]] || continue
+    pid=${env_file#/proc/}
+    pid=${pid%/environ}
+    if tr '\0' '\n' 2>/dev/null < "$env_file" | grep -qx "HPCTRAIN_TEST_RUN=$work" 2>/dev/null &&
+       tr '\0' '\n' 2>/dev/null < "$env_file" | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+      kill -STOP "$pid" && echo "stopped rank $rank (pid $pid)" && return 0
+    fi
+  done
+  return 1
+}
+# A run in which rank 1 is frozen mid-training; every other rank must name it and end.
+frozen_rank() {  # EXTRA_TRAIN_ARGS...
+  local log=$work/frozen.log start end
+  start=$(date +%s)
+  HPCTRAIN_TEST_RUN=$work HPCTRAIN_COLL_TIMEOUT_S=5 timeout -k 5 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$data" \
+    --no-eval --global-batch 32 --epochs 1000 --log-every 1 "$@" > "$log" 2>&1 &
+  local mpirun=$!
+  stop_rank_after_progress "$log" 1 || { kill -KILL "$mpirun"; fail "could not find rank 1 to stop"; }
+  wait "$mpirun"
+  rc=$?
+  end=$(date +%s)
+  out=$(cat "$log")
+  printf '%s\n[exit %d after %d s]\n' "$(tail -n 30 "$log")" "$rc" "$((end - start))"
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "the job did not end within 60 s of a frozen rank (a hang)"
+  [[ $rc -ne 0 ]] || fail "exited 0 with a frozen rank"
+}
+
+case $scenario in
+  metrics_unwritable | metrics_unwritable_mpi)
+    # Rank 0 cannot open its metrics file; rank 1 has nothing to write and goes on. Before the
+    # fix, rank 0 blocked in MPI_Win_free (or rank 1 in MPI_Allreduce) forever, printing nothing.
+    algo=auto
+    [[ $scenario == metrics_unwritable_mpi ]] && algo=mpi
+    run 60 "${train[@]}" --max-steps 5 --algo "$algo" --metrics /nonexistent/x.jsonl
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: --metrics: cannot write '/nonexistent/x\.jsonl'"
+    ;;
+  frozen_rank | frozen_rank_mpi)
+    # Rank 1 frozen (SIGSTOP) mid-training: rank 0 names it within HPCTRAIN_COLL_TIMEOUT_S=5
+    # (our algorithms' deadline, or the vendor-call watchdog for MPI_Allreduce) and the job ends.
+    if [[ $scenario == frozen_rank ]]; then frozen_rank; else frozen_rank --algo mpi; fi
+    expect_one_error "^hpctrain: error: rank 0: .*did not complete within 5 s.*waiting.*rank 1"
+    ;;
+  *) fail "unknown scenario" ;;
+esac
+echo "PASS [$scenario]"
