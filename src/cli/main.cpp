@@ -201,6 +201,8 @@ int run_ckpt_inspect(const std::string& dir, Communicator& comm) {
   if (problems.empty()) {
     const auto m = hpctrain::io::read_manifest(step_dir);
     std::printf("%s\n", m.dump(2).c_str());
+    const std::string unprotected = hpctrain::io::manifest_warning(m);
+    if (!unprotected.empty()) std::printf("WARNING %s: %s\n", step_dir.c_str(), unprotected.c_str());
   }
   for (const auto& p : problems) std::printf("INVALID %s: %s\n", p.path.c_str(), p.what.c_str());
   std::printf("%s: %s\n", step_dir.c_str(), problems.empty() ? "all shard sizes and checksums verify" : "INVALID");

@@ -342,6 +342,8 @@ ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions&
         chosen = o.resume;
       }
       if (!chosen.empty()) {
+        const std::string unprotected = io::manifest_warning(io::read_manifest(chosen));
+        if (!unprotected.empty()) std::fprintf(stderr, "hpctrain: warning: %s: %s\n", chosen.c_str(), unprotected.c_str());
         const nlohmann::json meta = io::read_manifest(chosen).at("metadata");
         const nlohmann::json want = run_identity(o, samples);
         for (const auto& [key, value] : want.items()) {

@@ -61,7 +61,7 @@ bool unwinding_from_error() noexcept;
 
 /// Seconds a rank other than 0 waits before printing its error (see abort_job). Long against
 /// MPI_Abort's kill of the other ranks (milliseconds), short against a person waiting.
-inline constexpr double kPeerReportGraceS = 1.0;
+inline constexpr double kPeerReportGraceS = 2.0;
 
 }  // namespace hpctrain
 

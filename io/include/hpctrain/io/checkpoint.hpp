@@ -5,7 +5,10 @@
 /// Layout of `<dir>/step-<N>/`:
 ///   manifest.json                      format, step, world size, caller's metadata, every
 ///                                      tensor's global shape and which shard holds which slice,
-///                                      every shard's byte size and XXH3-64 checksum
+///                                      every shard's byte size and XXH3-64 checksum, and
+///                                      (format_version 2) `manifest_xxh3`: the XXH3-64 of the
+///                                      manifest itself (compact, sorted-key JSON without
+///                                      that field)
 ///   shard-<r>-of-<P>.h5                rank r's slices: one 1-D float32 dataset per tensor
 ///                                      piece, named by the tensor (e.g. /params/0.dense.weight),
 ///                                      with attributes `global_shape` and `offset` (elements)
@@ -69,6 +72,10 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir,
 /// `dir` (each checked with verify_checkpoint, newest first); "" when there is none. Every invalid candidate is appended to
 /// `skipped`. Local (no communication).
 std::string find_latest_checkpoint(const std::string& dir, std::vector<CheckpointProblem>* skipped);
+
+/// A warning for a manifest that verifies but is unprotected (format_version 1: no checksum of
+/// its own), or "" when there is nothing to say.
+std::string manifest_warning(const nlohmann::json& manifest);
 
 /// The parsed manifest of a step directory (throws naming the file when unreadable).
 nlohmann::json read_manifest(const std::string& step_dir);
