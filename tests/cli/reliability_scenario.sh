@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# reliability_scenario.sh SCENARIO HPCTRAIN DATA MPIEXEC
+# reliability_scenario.sh SCENARIO HPCTRAIN DATA MPIEXEC [PYTHON]
 #
 # One failure through the real command, `mpirun -n 2 hpctrain train`: a failure on some ranks,
 # or a rank frozen with SIGSTOP, must end every rank within a stated bound (no hang), exit
 # non-zero, and print the original cause once, naming the rank. Each run is under `timeout`,
 # so a regression to a hang fails in seconds, not at ctest's TIMEOUT.
 set -u
-scenario=$1 hpctrain=$2 data=$3 mpiexec=$4
+scenario=$1 hpctrain=$2 data=$3 mpiexec=$4 python=${5:-/usr/bin/python3}
 work=$(mktemp -d /tmp/hpctrain-reliability-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 out="" rc=0
@@ -86,6 +86,52 @@ case $scenario in
     # (our algorithms' deadline, or the vendor-call watchdog for MPI_Allreduce) and the job ends.
     if [[ $scenario == frozen_rank ]]; then frozen_rank; else frozen_rank --algo mpi; fi
     expect_one_error "^hpctrain: error: rank 0: .*did not complete within 5 s.*waiting.*rank 1"
+    ;;
+  nonfinite_loss)
+    # --lr 1e6 diverges within a few steps: the run stops naming the step, exit 1, and every
+    # checkpoint it committed (one per step) holds finite numbers only.
+    run 60 "${train[@]}" --lr 1e6 --max-steps 20 --log-every 1 --checkpoint-dir "$work/ck" --checkpoint-every 1
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: step [0-9]+: the training loss is not finite on rank [01]( \(-?nan\)| \(-?inf\))?; stopped before applying the step"
+    "$python" - "$work/ck" <<'PY' || fail "a committed checkpoint holds non-finite numbers"
+import glob, sys, h5py, numpy as np
+shards = glob.glob(sys.argv[1] + "/step-*/shard-*.h5")
+assert shards, "no checkpoint was committed"
+for path in shards:
+    with h5py.File(path, "r") as f:
+        bad = []
+        f.visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and not np.isfinite(o[()]).all() else None)
+        assert not bad, f"{path}: non-finite {bad}"
+print(f"{len(shards)} shards, all finite")
+PY
+    ;;
+  nan_sample | nan_scale)
+    # A float32 data set with NaN in some samples, or a NaN `scale` attribute: refused naming
+    # the file and dataset (and the sample and element), exit 1.
+    bad=$work/bad.h5
+    "$python" - "$data" "$bad" "$scenario" <<'PY' || fail "could not make the bad data set"
+import shutil, sys, h5py, numpy as np
+src, dst, scenario = sys.argv[1:]
+shutil.copy(src, dst)
+with h5py.File(dst, "r+") as f:
+    x = f["samples"][()].astype(np.float32) / 255.0
+    attrs = dict(f["samples"].attrs)
+    del f["samples"]
+    if scenario == "nan_sample":
+        x.reshape(len(x), -1)[::8, 89] = np.nan  # every 8th sample: every batch holds some
+    ds = f.create_dataset("samples", data=x)
+    for k, v in attrs.items():
+        if k != "scale":
+            ds.attrs[k] = v
+    ds.attrs["scale"] = np.nan if scenario == "nan_scale" else 1.0
+PY
+    run 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$bad" --no-eval --global-batch 32 --max-steps 2
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    if [[ $scenario == nan_sample ]]; then
+      expect_one_error "^hpctrain: error: rank [01]: data set '$bad' /samples: sample [0-9]+ holds nan at element 89: the input must be finite"
+    else
+      expect_one_error "^hpctrain: error: rank 0: data set '$bad' /samples: attribute 'scale' is nan, not a finite number"
+    fi
     ;;
   *) fail "unknown scenario" ;;
 esac

@@ -26,6 +26,7 @@
 #include "hpctrain/io/epoch_plan.hpp"
 #include "hpctrain/io/prefetcher.hpp"
 #include "hpctrain/models/registry.hpp"
+#include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/train/preemption.hpp"
 
 namespace hpctrain::train {
@@ -36,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 void validate(const TrainOptions& o) {
+  validate_numeric_options(o);
   HPCTRAIN_REQUIRE(!o.data.empty(), "--data: no training data set given");
   HPCTRAIN_REQUIRE(o.global_batch >= 1, "--global-batch must be at least 1, got " + std::to_string(o.global_batch));
   HPCTRAIN_REQUIRE(o.epochs >= 1, "--epochs must be at least 1, got " + std::to_string(o.epochs));
@@ -300,6 +302,7 @@ void save_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Se
   if (optimizer.state().empty()) optimizer.allocate_state(model.parameter_count());
   HostState h;
   h.params = core::to_host(model.parameter_buffer());
+  require_finite_parameters(h.params.data(), h.params.size(), step);
   for (const auto& s : optimizer.state()) h.optimizer.emplace_back(s.name, core::to_host(s.tensor.data));
   nlohmann::json meta = run_identity(o, samples);
   meta["step"] = step;
@@ -586,6 +589,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
       }
       comm_s += waited;
       if (sync) {
+        require_finite_step_loss(comm, step_loss, step + 1);
         for (const auto& [started, finished] : dp.last_step_spans()) {
           if (started < backward_end && batch->count > 0) result.overlap_observed = true;
         }
