@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,17 @@ int world_rank() noexcept {
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
+}
+
+namespace {
+constexpr int kMaxAbortCleanups = 8;
+std::atomic<AbortCleanup> abort_cleanups[kMaxAbortCleanups];
+std::atomic<int> abort_cleanup_count{0};
+}  // namespace
+
+void add_abort_cleanup(AbortCleanup cleanup) noexcept {
+  const int slot = abort_cleanup_count.fetch_add(1);
+  if (slot < kMaxAbortCleanups) abort_cleanups[slot].store(cleanup);
 }
 
 bool unwinding_from_error() noexcept { return std::uncaught_exceptions() > 0; }
@@ -40,6 +53,10 @@ void abort_job(const std::exception& e, int exit_code) noexcept {
     std::fprintf(stderr, "hpctrain: error: %s\n", e.what());
   }
   std::fflush(stderr);
+  const int cleanups = std::min(abort_cleanup_count.load(), kMaxAbortCleanups);
+  for (int i = 0; i < cleanups; ++i) {
+    if (const AbortCleanup cleanup = abort_cleanups[i].load()) cleanup();
+  }
   if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::exit(exit_code);
 }

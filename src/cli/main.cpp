@@ -154,6 +154,9 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
                    "none, auto (newest valid checkpoint in --checkpoint-dir; damaged ones are reported and "
                    "skipped) or a step directory. Any rank count can resume any checkpoint")
       ->capture_default_str();
+  train.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
+                 "Without --resume: remove the checkpoints of an earlier run from --checkpoint-dir and start "
+                 "afresh (without this flag such a run is refused)");
   train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
   train.add_flag("--deterministic", o.deterministic,
                  "Bitwise-identical parameters at any rank count and across resumes at another rank count: "

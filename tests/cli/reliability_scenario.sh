@@ -35,10 +35,10 @@ expect_one_error() {  # REGEX
 }
 train=("$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$data" --no-eval --global-batch 32)
 
-# Freezes (SIGSTOP) rank RANK of the run started with HPCTRAIN_TEST_RUN=$work once it has
-# printed a progress line into LOG; leaves it stopped (the job's abort SIGKILLs it).
-stop_rank_after_progress() {  # LOG RANK
-  local log=$1 rank=$2 env_file pid
+# Sends SIGNAL (default STOP) to rank RANK of the run started with HPCTRAIN_TEST_RUN=$work once
+# it has printed a progress line into LOG (a stopped rank is SIGKILLed by the job's abort).
+stop_rank_after_progress() {  # LOG RANK [SIGNAL]
+  local log=$1 rank=$2 signal=${3:-STOP} env_file pid
   for _ in $(seq 1 600); do
     grep -q 'step ' "$log" 2>/dev/null && break
     sleep 0.1
@@ -49,7 +49,7 @@ stop_rank_after_progress() {  # LOG RANK
     pid=${pid%/environ}
     if tr '\0' '\n' 2>/dev/null < "$env_file" | grep -qx "HPCTRAIN_TEST_RUN=$work" 2>/dev/null &&
        tr '\0' '\n' 2>/dev/null < "$env_file" | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
-      kill -STOP "$pid" && echo "stopped rank $rank (pid $pid)" && return 0
+      kill "-$signal" "$pid" && echo "sent SIG$signal to rank $rank (pid $pid)" && return 0
     fi
   done
   return 1
@@ -132,6 +132,41 @@ PY
     else
       expect_one_error "^hpctrain: error: rank 0: data set '$bad' /samples: attribute 'scale' is nan, not a finite number"
     fi
+    ;;
+  checkpoint_dir_in_use)
+    # Run A trains into ck; run B, started meanwhile on ck, is refused naming A's lock; A's
+    # rank 0 is then SIGKILLed (its lock stays behind), and run C takes the stale lock over.
+    ck=$work/ck log=$work/a.log
+    HPCTRAIN_TEST_RUN=$work timeout -k 5 60 "${train[@]}" --epochs 1000 --log-every 1 --checkpoint-dir "$ck" \
+      --checkpoint-every 2 > "$log" 2>&1 &
+    a=$!
+    for _ in $(seq 1 600); do [[ -d $ck/step-2 ]] && break; sleep 0.1; done
+    [[ -f $ck/.hpctrain.lock ]] || { kill -KILL "$a"; fail "run A holds no lock"; }
+    run 60 "${train[@]}" --max-steps 4 --checkpoint-dir "$ck" --resume auto
+    [[ $rc -eq 1 ]] || { kill -KILL "$a"; fail "run B: exit status $rc, expected 1"; }
+    expect_one_error "^hpctrain: error: rank 0: checkpoint directory '$ck' is in use by another run: its lock '$ck/\.hpctrain\.lock' is held by pid [0-9]+ on host $(hostname)\. Use another --checkpoint-dir"
+    stop_rank_after_progress "$log" 0 KILL || { kill -KILL "$a"; fail "could not find run A's rank 0"; }
+    wait "$a"
+    [[ -f $ck/.hpctrain.lock ]] || fail "the SIGKILLed run left no lock (nothing stale to take over)"
+    run 60 "${train[@]}" --max-steps 4 --checkpoint-dir "$ck" --resume auto
+    [[ $rc -eq 0 ]] || fail "run C: exit status $rc, expected 0"
+    expect_output "hpctrain: warning: taking over the stale lock '$ck/\.hpctrain\.lock' of pid [0-9]+ on host $(hostname): pid [0-9]+ no longer runs on this host"
+    [[ ! -e $ck/.hpctrain.lock ]] || fail "run C did not release its lock"
+    ;;
+  fresh_run_in_used_dir)
+    # A run without --resume refuses a directory holding another run's checkpoints, unless
+    # --overwrite-checkpoints (which removes them first). An error ending a run releases the lock.
+    ck=$work/ck
+    run 60 "${train[@]}" --max-steps 2 --checkpoint-dir "$ck" --checkpoint-every 2
+    [[ $rc -eq 0 && -d $ck/step-2 ]] || fail "the first run failed"
+    run 60 "${train[@]}" --max-steps 2 --checkpoint-dir "$ck" --checkpoint-every 2
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: --checkpoint-dir '$ck' already holds checkpoints \(latest, step-2\) and this run does not resume: pass --resume auto to continue from them, or --overwrite-checkpoints to remove them and start afresh"
+    [[ ! -e $ck/.hpctrain.lock ]] || fail "the refused run left its lock behind"
+    run 60 "${train[@]}" --max-steps 1 --checkpoint-dir "$ck" --overwrite-checkpoints
+    [[ $rc -eq 0 ]] || fail "--overwrite-checkpoints: exit status $rc, expected 0"
+    expect_output "hpctrain: --overwrite-checkpoints: removed 2 checkpoint entries of an earlier run from '$ck'"
+    [[ -d $ck/step-1 && ! -e $ck/step-2 && "$(cat "$ck/latest")" == step-1 ]] || fail "not started afresh: $(ls -A "$ck")"
     ;;
   *) fail "unknown scenario" ;;
 esac

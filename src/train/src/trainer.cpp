@@ -22,6 +22,7 @@
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/core/tensor.hpp"
 #include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/io/checkpoint_lock.hpp"
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
 #include "hpctrain/io/prefetcher.hpp"
@@ -450,6 +451,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   auto optimizer = make_optimizer(o, schedule.at(0));
   const std::int64_t samples = reader.info().count;
   ResumePoint start;
+  const io::CheckpointDirLock dir_lock = o.checkpoint_dir.empty() ? io::CheckpointDirLock() : io::claim_checkpoint_dir(comm, o.checkpoint_dir, o.resume != "none", o.overwrite_checkpoints);
   if (o.resume != "none") start = resume_from_checkpoint(comm, o, *model, *optimizer, samples, chatty);
   if (start.next_batch >= batches) {
     ++start.epoch;

@@ -59,6 +59,11 @@ bool unwinding_from_error() noexcept;
 /// a longer grace if that rank's abort never came.
 [[noreturn]] void abort_job(const std::exception& e, int exit_code = 1) noexcept;
 
+/// A function abort_job runs before ending the job (e.g. removing a lock file this process
+/// holds); it must not throw, block or take locks. At most 8 are kept; later ones are ignored.
+using AbortCleanup = void (*)() noexcept;
+void add_abort_cleanup(AbortCleanup cleanup) noexcept;
+
 /// Seconds a rank other than 0 waits before printing its error (see abort_job). Long against
 /// MPI_Abort's kill of the other ranks (milliseconds), short against a person waiting.
 inline constexpr double kPeerReportGraceS = 2.0;
