@@ -28,6 +28,7 @@
 #include "hpctrain/io/prefetcher.hpp"
 #include "hpctrain/models/registry.hpp"
 #include "hpctrain/train/finite_guard.hpp"
+#include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/train/preemption.hpp"
 
 namespace hpctrain::train {
@@ -406,6 +407,7 @@ std::uint64_t parameter_checksum(const float* data, std::size_t count) {
 
 TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   validate(o);
+  require_writable_outputs(comm, o);
   const int rank = comm.rank();
   const bool chatty = rank == 0 && !o.quiet;
 
@@ -632,6 +634,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
                            .dump()
                     << "\n";
             metrics.flush();
+            require_written(metrics, "--metrics", o.metrics_path);
           }
           result.final_train_loss = loss;
           window_loss = 0;
@@ -684,6 +687,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
                        .dump()
                 << "\n";
         metrics.flush();
+        require_written(metrics, "--metrics", o.metrics_path);
       }
     }
   }
@@ -712,6 +716,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
                               {"eval_accuracy", result.eval.accuracy}}
                    .dump()
             << "\n";
+    metrics.flush();
+    require_written(metrics, "--metrics", o.metrics_path);
   }
   if (chatty) {
     std::printf("hpctrain: done: %lld steps in %.1f s, %.0f samples/s after %lld warm-up steps "
