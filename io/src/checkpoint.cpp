@@ -302,6 +302,27 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
   return CommitResult{final_dir.string(), bytes, seconds};
 }
 
+std::vector<std::string> recover_interrupted_rewrites(const std::string& dir) {
+  std::vector<std::string> recovered;
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) return recovered;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    const std::string suffix = ".old";
+    if (!e.is_directory() || name.size() <= suffix.size() + 1 || name[0] != '.' ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string step = name.substr(1, name.size() - 1 - suffix.size());
+    if (parse_step(step) < 0 || fs::exists(root / step)) continue;
+    // Set aside by a re-write of the same step that crashed before its new version was renamed
+    // in: the old version is complete (it was committed), so it is the step.
+    fs::rename(e.path(), root / step);
+    recovered.push_back((root / step).string());
+  }
+  if (!recovered.empty()) fsync_path(root.string(), true, false);
+  return recovered;
+}
+
 std::string manifest_warning(const nlohmann::json& manifest) {
   const auto version = manifest.value("format_version", nlohmann::json());
   if (version.is_number_integer() && version.get<std::int64_t>() < kFirstProtectedVersion) {

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <iterator>
+#include <thread>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +21,7 @@
 
 #include "hpctrain/collectives/agreement.hpp"
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/io/checkpoint.hpp"
 
 namespace hpctrain::io {
 
@@ -26,6 +30,22 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLockName = ".hpctrain.lock";
+
+/// True when `pid` has ended: no such process, or a zombie (in containers whose PID 1 does not
+/// reap, a killed rank stays one). A process still being killed (the ranks of a job that just
+/// ended) is given up to 2 s.
+bool process_is_gone(pid_t pid) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(')');  // "pid (comm) S ...": comm may hold spaces and parentheses
+    if (paren != std::string::npos && paren + 2 < text.size() && (text[paren + 2] == 'Z' || text[paren + 2] == 'X'))
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
 
 /// Who holds (or would hold) a lock: the file's one line, "host pid slurm_job restart".
 struct LockHolder {
@@ -56,7 +76,7 @@ struct LockHolder {
   std::string gone_because(const LockHolder& me) const {
     if (slurm_job != "-" && slurm_job == me.slurm_job && restart < me.restart)
       return "an earlier run of this Slurm job (restart " + std::to_string(restart) + ")";
-    if (host == me.host && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+    if (host == me.host && pid > 0 && process_is_gone(static_cast<pid_t>(pid)))
       return "pid " + std::to_string(pid) + " no longer runs on this host";
     return "";
   }
@@ -164,6 +184,10 @@ CheckpointDirLock claim_checkpoint_dir(coll::Communicator& comm, const std::stri
   CheckpointDirLock lock;
   coll::rank0_decides(comm, [&] {
     lock = CheckpointDirLock::take(dir);
+    for (const auto& step : recover_interrupted_rewrites(dir)) {
+      std::fprintf(stderr, "hpctrain: warning: recovered '%s' from its aside copy (a re-write of that step was interrupted)\n",
+                   step.c_str());
+    }
     if (resuming) return;
     const auto found = committed_checkpoints(dir);
     if (found.empty()) return;

@@ -154,6 +154,18 @@ PY
     expect_output "resumed from $ck/step-4 \(step 4,"
     expect_valid "$ck/step-6"
     ;;
+  rewrite_interrupted)
+    # A re-write of step-4 crashed between setting the old step-4 aside and renaming the new
+    # one in: the next run (under its lock) renames the committed copy back and resumes from it.
+    mv "$ck/step-4" "$ck/.step-4.old"
+    mkdir "$ck/.step-4.tmp"
+    run train --max-steps 6 --resume auto
+    [[ $rc -eq 0 ]] || fail "resume failed"
+    expect_output "hpctrain: warning: recovered '$ck/step-4' from its aside copy \(a re-write of that step was interrupted\)"
+    expect_output "resumed from $ck/step-4 \(step 4,"
+    expect_valid "$ck/step-6"
+    [[ -z "$(ls -A "$ck" | grep '^\.step-')" ]] || fail "temporaries left behind: $(ls -A "$ck")"
+    ;;
   manifest_absurd_shape)
     "$python" - "$ck/step-4/manifest.json" <<'PY' || fail "could not edit the manifest"
 import json, sys

@@ -141,7 +141,7 @@ PY
       --checkpoint-every 2 > "$log" 2>&1 &
     a=$!
     for _ in $(seq 1 600); do [[ -d $ck/step-2 ]] && break; sleep 0.1; done
-    [[ -f $ck/.hpctrain.lock ]] || { kill -KILL "$a"; fail "run A holds no lock"; }
+    [[ -f $ck/.hpctrain.lock ]] || { kill -KILL "$a"; tail -n 20 "$log"; fail "run A holds no lock"; }
     run 60 "${train[@]}" --max-steps 4 --checkpoint-dir "$ck" --resume auto
     [[ $rc -eq 1 ]] || { kill -KILL "$a"; fail "run B: exit status $rc, expected 1"; }
     expect_one_error "^hpctrain: error: rank 0: checkpoint directory '$ck' is in use by another run: its lock '$ck/\.hpctrain\.lock' is held by pid [0-9]+ on host $(hostname)\. Use another --checkpoint-dir"

@@ -73,6 +73,12 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir,
 /// `skipped`. Local (no communication).
 std::string find_latest_checkpoint(const std::string& dir, std::vector<CheckpointProblem>* skipped);
 
+/// Renames every `.step-<N>.old` under `dir` whose `step-<N>` is missing back to `step-<N>`:
+/// a re-write of an existing step sets the old one aside, renames the new one in, then removes
+/// the old one, so a crash between the renames leaves the committed step under its aside name.
+/// Returns the recovered step directories. Local; call only while holding the directory's lock.
+std::vector<std::string> recover_interrupted_rewrites(const std::string& dir);
+
 /// A warning for a manifest that verifies but is unprotected (format_version 1: no checksum of
 /// its own), or "" when there is nothing to say.
 std::string manifest_warning(const nlohmann::json& manifest);
