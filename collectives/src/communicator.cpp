@@ -15,6 +15,7 @@
 #include "algorithms.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "reduce.hpp"
+#include "vendor_call_watchdog.hpp"
 
 namespace hpctrain::coll {
 
@@ -164,6 +165,8 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, Tuning tuning)
   // The node map needs a collective on the MPI and UCX transports (MPI_Comm_split_type): done
   // here, where construction is collective anyway, rather than hidden in the first automatic
   // all-reduce, where a missing rank would hang in MPI instead of hitting our timeout.
+  const detail::VendorCallWatch watch({"MPI_Comm_split_type", "node map", 0, 0, DataType::f32, size()},
+                                      tuning_.timeout_s);
   node_of_rank();
 }
 
@@ -258,6 +261,9 @@ detail::NodeGroup& Communicator::node_group(const WaitPolicy& wait_policy) {
   const int nodes = *std::max_element(node.begin(), node.end()) + 1;
   std::vector<int> sizes(static_cast<std::size_t>(nodes), 0);
   for (int n : node) ++sizes[static_cast<std::size_t>(n)];
+  const detail::VendorCallWatch watch(
+      {"MPI_Comm_split, MPI_Win_allocate_shared", "shared-memory set-up", sequence_, 0, DataType::f32, size()},
+      tuning_.timeout_s);
   auto g = std::make_unique<detail::NodeGroup>();
   for (int r = 0; r < size(); ++r)
     if (node[static_cast<std::size_t>(r)] == my_node) g->parent_rank.push_back(r);
@@ -301,6 +307,8 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
   const std::size_t bytes = count * size_of(type);
   if (algo == Algorithm::automatic) algo = tuning_.choose_allreduce(bytes, size(), ranks_per_node());
   if (algo == Algorithm::mpi) {
+    const detail::VendorCallWatch watch({"MPI_Allreduce", "allreduce(mpi)", seq, count, type, size()},
+                                        tuning_.timeout_s);
     HPCTRAIN_REQUIRE(transport_->vendor_allreduce(send, recv, count, type, op),
                      "allreduce: algorithm 'mpi' (MPI_Allreduce) needs the MPI transport; this "
                      "communicator runs over '" + transport_->name() + "'");

@@ -2,9 +2,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
+#include <thread>
 
 namespace hpctrain {
 
@@ -18,13 +23,41 @@ int world_rank() noexcept {
   return rank;
 }
 
+namespace {
+constexpr int kMaxAbortCleanups = 8;
+std::atomic<AbortCleanup> abort_cleanups[kMaxAbortCleanups];
+std::atomic<int> abort_cleanup_count{0};
+}  // namespace
+
+void add_abort_cleanup(AbortCleanup cleanup) noexcept {
+  const int slot = abort_cleanup_count.fetch_add(1);
+  if (slot < kMaxAbortCleanups) abort_cleanups[slot].store(cleanup);
+}
+
+bool unwinding_from_error() noexcept { return std::uncaught_exceptions() > 0; }
+
 void abort_job(const std::exception& e, int exit_code) noexcept {
-  std::fprintf(stderr, "hpctrain: error: %s\n", e.what());
-  std::fflush(stderr);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  const bool mpi_up = initialized && !finalized;
+  const int rank = mpi_up ? world_rank() : -1;
+  const auto grace = std::chrono::duration<double>(kPeerReportGraceS);
+  if (dynamic_cast<const PeerReportedError*>(&e) != nullptr) {
+    // The deciding rank prints and aborts the job, which ends this rank too; speak only if
+    // that never happens (it was stopped or killed without a word).
+    std::this_thread::sleep_for(10 * grace);
+    std::fprintf(stderr, "hpctrain: error: %s (its report did not arrive)\n", e.what());
+  } else {
+    if (rank > 0) std::this_thread::sleep_for(grace);
+    std::fprintf(stderr, "hpctrain: error: %s\n", e.what());
+  }
+  std::fflush(stderr);
+  const int cleanups = std::min(abort_cleanup_count.load(), kMaxAbortCleanups);
+  for (int i = 0; i < cleanups; ++i) {
+    if (const AbortCleanup cleanup = abort_cleanups[i].load()) cleanup();
+  }
+  if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::exit(exit_code);
 }
 

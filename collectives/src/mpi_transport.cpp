@@ -127,7 +127,10 @@ class MpiSharedSegments final : public SharedSegments {
     }
   }
   ~MpiSharedSegments() override {
-    if (win_ == MPI_WIN_NULL || !mpi_is_up()) return;
+    // MPI_Win_free is collective: while unwinding from an error the peers may never call it
+    // (they are still training, or stopped), so the window is leaked and the error goes on to
+    // the CLI, which ends the job.
+    if (win_ == MPI_WIN_NULL || !mpi_is_up() || unwinding_from_error()) return;
     if (locked_) MPI_Win_unlock_all(win_);
     MPI_Win_free(&win_);
   }

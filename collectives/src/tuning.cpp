@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -177,6 +178,9 @@ std::uint32_t parse_auto_algorithms(const std::string& list, const std::string& 
 }
 
 Tuning Tuning::from_file(const std::string& path, const Tuning& base) {
+  std::error_code ec;
+  HPCTRAIN_REQUIRE(!std::filesystem::is_directory(path, ec),
+                   "tuning file '" + path + "' is a directory, not a tuning file (HPCTRAIN_TUNING_FILE)");
   std::ifstream in(path);
   HPCTRAIN_REQUIRE(in.good(), "tuning file '" + path + "' cannot be read (HPCTRAIN_TUNING_FILE)");
   nlohmann::json j;
@@ -184,6 +188,8 @@ Tuning Tuning::from_file(const std::string& path, const Tuning& base) {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     HPCTRAIN_FAIL("tuning file '" + path + "' is not valid JSON: " + e.what());
+  } catch (const std::exception& e) {
+    HPCTRAIN_FAIL("tuning file '" + path + "' cannot be read (HPCTRAIN_TUNING_FILE): " + e.what());
   }
   const FileReader r{path};
   HPCTRAIN_REQUIRE(j.is_object(), "tuning file '" + path + "' must hold a JSON object");

@@ -1,6 +1,7 @@
 #include "hpctrain/io/checkpoint.hpp"
 
 #include <hdf5.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,8 +25,11 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "hpctrain-checkpoint";
-constexpr std::int64_t kFormatVersion = 1;
-constexpr std::size_t kMessageWords = 48;  // 384 bytes of error text per rank
+// 2: the manifest records the checksum of its own content (kManifestChecksumKey). Version 1
+// manifests (none) still verify and resume, with a warning that they are unprotected.
+constexpr std::int64_t kFormatVersion = 2;
+constexpr std::int64_t kFirstProtectedVersion = 2;
+constexpr const char* kManifestChecksumKey = "manifest_xxh3";
 // A manifest takes ~100 bytes per tensor piece; 256 MiB is millions of tensors, and bounds what
 // parsing a hostile or garbage file can allocate.
 constexpr std::uintmax_t kMaxManifestBytes = std::uintmax_t{256} << 20;
@@ -70,21 +74,38 @@ void maybe_crash(int rank, std::int64_t step) {
   if (std::sscanf(spec, "%d:%lld", &r, &s) == 2 && r == rank && s == step) std::raise(SIGKILL);
 }
 
-/// Collective agreement: every rank passes its error text ("" = fine); throws on every rank
-/// with all failing ranks' messages when any failed.
+/// XXH3-64 of the manifest without its checksum field, as compact JSON with sorted keys
+/// (nlohmann's object order): the same bytes on every reader, whatever the file's layout.
+std::string manifest_checksum(nlohmann::json m) {
+  m.erase(kManifestChecksumKey);
+  const std::string canonical = m.dump();
+  return hex64(XXH3_64bits(canonical.data(), canonical.size()));
+}
+
+/// Collective agreement: every rank passes its error text ("" = fine); when any failed, throws
+/// with all failing ranks' messages (whole, however long): rank 0 an Error, the others a
+/// PeerReportedError, so the combined message is printed once.
 void agree(coll::Communicator& comm, const std::string& my_error, const std::string& what) {
-  std::vector<std::int64_t> mine(kMessageWords, 0), all(kMessageWords * static_cast<std::size_t>(comm.size()));
   std::string text = my_error;
   std::replace(text.begin(), text.end(), '\n', ' ');  // HDF5's messages hold newlines: one line
-  std::memcpy(mine.data(), text.data(), std::min(text.size(), kMessageWords * 8 - 1));
-  comm.allgather(mine.data(), all.data(), kMessageWords, coll::DataType::i64);
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  std::vector<std::int64_t> lengths(ranks, 0);
+  const auto mine = static_cast<std::int64_t>(text.size());
+  comm.allgather(&mine, lengths.data(), 1, coll::DataType::i64);
+  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  if (longest == 0) return;
+  const auto words = static_cast<std::size_t>((longest + 7) / 8);
+  std::vector<std::int64_t> padded(words, 0), all(words * ranks);
+  std::memcpy(padded.data(), text.data(), text.size());
+  comm.allgather(padded.data(), all.data(), words, coll::DataType::i64);
   std::string combined;
-  for (int r = 0; r < comm.size(); ++r) {
-    const char* text = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * kMessageWords);
-    const std::string msg(text, strnlen(text, kMessageWords * 8));
-    if (!msg.empty()) combined += (combined.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + msg);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (lengths[r] == 0) continue;
+    const std::string msg(reinterpret_cast<const char*>(all.data() + r * words), static_cast<std::size_t>(lengths[r]));
+    combined += (combined.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + msg);
   }
-  HPCTRAIN_REQUIRE(combined.empty(), what + " failed: " + combined);
+  if (comm.rank() == 0) HPCTRAIN_FAIL(what + " failed: " + combined);
+  throw PeerReportedError(what + " failed: " + combined, __FILE__, __LINE__);
 }
 
 /// A piece of the concatenation of all tensors, [begin, end), mapped to tensor slices.
@@ -255,6 +276,7 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
                         {"pieces", piece_lists[t]}});
       }
       m["tensors"] = list;
+      m[kManifestChecksumKey] = manifest_checksum(m);
       atomic_write_file((tmp / "manifest.json").string(), m.dump(1) + "\n");  // fsyncs tmp too
       if (fs::exists(final_dir)) {  // the same step written again (e.g. after a resume)
         const fs::path old = root / (".step-" + std::to_string(step) + ".old");
@@ -278,6 +300,36 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   comm.allreduce(&seconds, 1, coll::ReduceOp::max);
   return CommitResult{final_dir.string(), bytes, seconds};
+}
+
+std::vector<std::string> recover_interrupted_rewrites(const std::string& dir) {
+  std::vector<std::string> recovered;
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) return recovered;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    const std::string suffix = ".old";
+    if (!e.is_directory() || name.size() <= suffix.size() + 1 || name[0] != '.' ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string step = name.substr(1, name.size() - 1 - suffix.size());
+    if (parse_step(step) < 0 || fs::exists(root / step)) continue;
+    // Set aside by a re-write of the same step that crashed before its new version was renamed
+    // in: the old version is complete (it was committed), so it is the step.
+    fs::rename(e.path(), root / step);
+    recovered.push_back((root / step).string());
+  }
+  if (!recovered.empty()) fsync_path(root.string(), true, false);
+  return recovered;
+}
+
+std::string manifest_warning(const nlohmann::json& manifest) {
+  const auto version = manifest.value("format_version", nlohmann::json());
+  if (version.is_number_integer() && version.get<std::int64_t>() < kFirstProtectedVersion) {
+    return "format_version " + version.dump() + " manifest has no checksum of its own: damage to it (e.g. a "
+           "changed next_batch) cannot be detected";
+  }
+  return "";
 }
 
 nlohmann::json read_manifest(const std::string& step_dir) {
@@ -313,8 +365,10 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, st
       problem(manifest_path, "not an hpctrain checkpoint manifest (format field)");
       return problems;
     }
-    if (m.value("format_version", -1) != kFormatVersion) {
-      problem(manifest_path, "unsupported format_version " + m.value("format_version", nlohmann::json()).dump());
+    const auto version = m.value("format_version", nlohmann::json());
+    if (!version.is_number_integer() || version.get<std::int64_t>() < 1 ||
+        version.get<std::int64_t>() > kFormatVersion) {
+      problem(manifest_path, "unsupported format_version " + version.dump());
       return problems;
     }
     const auto& shards = m.at("shards");
@@ -398,6 +452,19 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, st
       if (hex64(d.xxh3) != s.at("xxh3").get<std::string>()) {
         problem(path, "checksum mismatch (xxh3 " + hex64(d.xxh3) + ", manifest says " +
                           s.at("xxh3").get<std::string>() + "): data corrupted");
+      }
+    }
+    // Last: a hostile manifest is first checked for what it could make a reader do (above);
+    // one that is well-formed must also be the one the writer wrote.
+    if (version.get<std::int64_t>() >= kFirstProtectedVersion) {
+      const auto recorded = m.value(kManifestChecksumKey, nlohmann::json());
+      const std::string actual = manifest_checksum(m);
+      if (!recorded.is_string()) {
+        problem(manifest_path, std::string("no ") + kManifestChecksumKey + " field (format_version " +
+                                   version.dump() + " records one): manifest damaged");
+      } else if (recorded.get<std::string>() != actual) {
+        problem(manifest_path, "manifest checksum mismatch (xxh3 " + actual + ", manifest says " +
+                                   recorded.get<std::string>() + "): manifest modified or damaged");
       }
     }
   } catch (const nlohmann::json::exception& e) {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <system_error>
@@ -118,6 +119,8 @@ DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
   info_.scale = h5_has_attribute(samples_.get(), "scale")
                     ? h5_read_double_attribute(samples_.get(), "scale", samples_where)
                     : (info_.stored_type == SampleType::uint8 ? 1.0 / 255.0 : 1.0);
+  HPCTRAIN_REQUIRE(std::isfinite(info_.scale),
+                   fmt::format("{}: attribute 'scale' is {}, not a finite number", samples_where, info_.scale));
 
   // ---- /labels ----
   labels_ = open_for_random_reads(file_.get(), DatasetFormat::labels,
@@ -318,7 +321,17 @@ void DatasetReader::read(const std::vector<std::int64_t>& indices, std::vector<f
       for (std::size_t e = 0; e < sample_size; ++e) dst[e] = static_cast<float>(src[e]) * scale - shift;
     } else {
       const float* src = sorted_floats.data() + pos * sample_size;
-      for (std::size_t e = 0; e < sample_size; ++e) dst[e] = src[e] * scale - shift;
+      bool finite = true;  // accumulated without a branch, so the loop stays vectorised
+      for (std::size_t e = 0; e < sample_size; ++e) {
+        dst[e] = src[e] * scale - shift;
+        finite &= std::isfinite(src[e]);
+      }
+      if (!finite) {
+        std::size_t e = 0;
+        while (std::isfinite(src[e])) ++e;
+        HPCTRAIN_FAIL(fmt::format("{}: sample {} holds {} at element {}: the input must be finite", samples_where,
+                                  indices[k], src[e], e));
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,28 +36,31 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-nlohmann::json model_config(const std::string& model) {
-  if (model == "mlp" || model == "cnn") return nlohmann::json{{"name", model}};
-  std::ifstream in(model);
-  HPCTRAIN_REQUIRE(in.good(), "--model: '" + model + "' is neither a built-in model (mlp, cnn) nor a readable JSON file");
+/// The JSON in the regular file `path`; errors name `option` and the file (a directory opens
+/// as a stream, then fails to read with only "basic_filebuf::underflow").
+nlohmann::json parse_json_file(const std::string& option, const std::string& path, const std::string& unreadable) {
+  std::error_code ec;
+  HPCTRAIN_REQUIRE(!fs::is_directory(path, ec), option + ": '" + path + "' is a directory, not a JSON file");
+  std::ifstream in(path);
+  HPCTRAIN_REQUIRE(in.good(), option + ": '" + path + "' " + unreadable);
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    HPCTRAIN_FAIL("--model: '" + model + "' is not valid JSON: " + e.what());
+    HPCTRAIN_FAIL(option + ": '" + path + "' is not valid JSON: " + e.what());
+  } catch (const std::exception& e) {
+    HPCTRAIN_FAIL(option + ": cannot read '" + path + "': " + e.what());
   }
+}
+
+nlohmann::json model_config(const std::string& model) {
+  if (model == "mlp" || model == "cnn") return nlohmann::json{{"name", model}};
+  return parse_json_file("--model", model, "is neither a built-in model (mlp, cnn) nor a readable JSON file");
 }
 
 /// `--config FILE`: a JSON object whose keys are the long option names; its values become
 /// arguments placed before the command line's, so the command line wins.
 std::vector<std::string> config_arguments(const std::string& path) {
-  std::ifstream in(path);
-  HPCTRAIN_REQUIRE(in.good(), "--config: cannot read '" + path + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    HPCTRAIN_FAIL("--config: '" + path + "' is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = parse_json_file("--config", path, "cannot be read");
   HPCTRAIN_REQUIRE(j.is_object(), "--config: '" + path + "' must hold a JSON object of option names and values");
   std::vector<std::string> args;
   for (auto& [key, value] : j.items()) {
@@ -155,6 +159,9 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
                    "none, auto (newest valid checkpoint in --checkpoint-dir; damaged ones are reported and "
                    "skipped) or a step directory. Any rank count can resume any checkpoint")
       ->capture_default_str();
+  train.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
+                 "Without --resume: remove the checkpoints of an earlier run from --checkpoint-dir and start "
+                 "afresh (without this flag such a run is refused)");
   train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
   train.add_flag("--deterministic", o.deterministic,
                  "Bitwise-identical parameters at any rank count and across resumes at another rank count: "
@@ -168,6 +175,15 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   train.add_flag("--quiet", o.quiet, "Only errors");
+  // Counts and sizes: CLI11 would wrap -1 into an unsigned option (--prefetch -1: 2^64 - 1).
+  const CLI::Validator non_negative(
+      [](std::string& value) { return value.rfind('-', 0) == 0 ? "must not be negative, got " + value : std::string(); },
+      "NON-NEGATIVE");
+  for (const char* name : {"--epochs", "--max-steps", "--global-batch", "--accumulate", "--seed", "--warmup-steps",
+                           "--step-size", "--lr-reference-batch", "--prefetch", "--log-every", "--timeline-steps",
+                           "--checkpoint-every", "--checkpoint-every-s", "--keep", "--micro-shard"}) {
+    train.get_option(name)->check(non_negative);
+  }
 }
 
 int run_train(TrainArgs& a, Communicator& comm) {
@@ -208,6 +224,8 @@ int run_ckpt_inspect(const std::string& dir, Communicator& comm) {
   if (problems.empty()) {
     const auto m = hpctrain::io::read_manifest(step_dir);
     std::printf("%s\n", m.dump(2).c_str());
+    const std::string unprotected = hpctrain::io::manifest_warning(m);
+    if (!unprotected.empty()) std::printf("WARNING %s: %s\n", step_dir.c_str(), unprotected.c_str());
   }
   for (const auto& p : problems) std::printf("INVALID %s: %s\n", p.path.c_str(), p.what.c_str());
   std::printf("%s: %s\n", step_dir.c_str(), problems.empty() ? "all shard sizes and checksums verify" : "INVALID");
@@ -246,6 +264,29 @@ int run_import(const ImportArgs& a, Communicator& comm) {
   if (failed && comm.rank() == 0) throw std::runtime_error(why);
   if (failed) throw std::runtime_error("import failed on rank 0");
   return 0;
+}
+
+/// "" when the leading words of `args` name subcommands of `app` (as deep as they go), else an
+/// error naming the first unknown one and the valid ones (CLI11 says only "A subcommand is
+/// required").
+std::string unknown_subcommand(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* level = &app;
+  for (const std::string& word : args) {
+    const auto subs = level->get_subcommands([](const CLI::App*) { return true; });
+    if (word.empty() || word[0] == '-' || subs.empty()) return "";
+    const CLI::App* next = nullptr;
+    std::string names;
+    for (const CLI::App* sub : subs) {
+      if (sub->get_name() == word) next = sub;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (next == nullptr) {
+      const std::string where = level == &app ? "hpctrain" : "hpctrain " + level->get_name();
+      return "unknown subcommand '" + word + "' of '" + where + "' (expected one of: " + names + ")";
+    }
+    level = next;
+  }
+  return "";
 }
 
 }  // namespace
@@ -315,6 +356,10 @@ int main(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "hpctrain: error: %s\n", e.what());
     return kExitUsage;
   }
+  if (const std::string unknown = unknown_subcommand(app, args); !unknown.empty()) {
+    if (rank == 0) std::fprintf(stderr, "hpctrain: error: %s\nRun with --help for more information.\n", unknown.c_str());
+    return kExitUsage;
+  }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
   try {
     app.parse(reversed);
@@ -327,9 +372,13 @@ int main(int argc, char** argv) {
     return e.get_exit_code() == 0 ? 0 : kExitUsage;
   }
 
+  // Declared outside the try: on an error the catch prints and aborts the job while the
+  // communicator is still alive, instead of its destructor first waiting for peers that are
+  // still training (a collective MPI_Win_free) or stopped.
+  std::optional<Communicator> world;
   try {
     if (*tune) return hpctrain::cli::run_tune_collectives(tune_args, MPI_COMM_WORLD);
-    Communicator comm(hpctrain::coll::make_default_transport(MPI_COMM_WORLD));  // HPCTRAIN_TRANSPORT
+    Communicator& comm = world.emplace(hpctrain::coll::make_default_transport(MPI_COMM_WORLD));  // HPCTRAIN_TRANSPORT
     if (*train) return run_train(train_args, comm);
     if (*import) return run_import(import_args, comm);
     if (*inspect) return run_ckpt_inspect(ckpt_dir, comm);

@@ -269,6 +269,28 @@ TEST(CheckpointManifest, TamperingIsRejectedBeforeAnyRead) {
     expect_rejected(self, d, manifest, "malformed", [&](nlohmann::json& m) { m["tensors"][0]["shape"] = "big"; });
     expect_rejected(self, d, shard, "size", [&](nlohmann::json& m) { m["shards"][0]["bytes"] = m["shards"][0]["bytes"].get<std::int64_t>() + 1; });
     expect_rejected(self, d, shard, "checksum", [&](nlohmann::json& m) { m["shards"][0]["xxh3"] = "0123456789abcdef"; });
+    // Format 2: the manifest's own checksum sees a change nothing else would (a resume point).
+    expect_rejected(self, d, manifest, "manifest checksum mismatch", [&](nlohmann::json& m) { m["metadata"]["next_batch"] = 38; });
+    expect_rejected(self, d, manifest, "no manifest_xxh3 field", [&](nlohmann::json& m) { m.erase("manifest_xxh3"); });
+  }
+  comm.barrier();
+}
+
+TEST(CheckpointManifest, Version1WithoutChecksumVerifiesWithAWarning) {
+  coll::Communicator comm = world();
+  SharedTempDir tmp(comm);
+  coll::Communicator self = comm.split(comm.rank(), 0);
+  if (comm.rank() == 0) {
+    const std::string d = tmp.path() + "/v1";
+    const auto problems = tampered(self, d, [](nlohmann::json& m) {
+      m["format_version"] = 1;
+      m.erase("manifest_xxh3");
+    });
+    EXPECT_TRUE(problems.empty()) << problems[0].what;
+    const std::string warning = io::manifest_warning(io::read_manifest(d + "/step-1"));
+    EXPECT_NE(warning.find("format_version 1 manifest has no checksum of its own"), std::string::npos) << warning;
+    const std::string none = (io::write_checkpoint(self, d, 2, {}, make_tensors(7).views(), 3), io::manifest_warning(io::read_manifest(d + "/step-2")));
+    EXPECT_EQ(none, "");
   }
   comm.barrier();
 }

@@ -120,10 +120,51 @@ PY
     [[ $rc -ne 0 ]] || fail "the run with a full disk exited 0"
     expect_output "checkpoint step-4 in '$ck' failed: .*shard-0000[01]-of-00002\.h5"
     expect_output "File too large"
+    # Both ranks' messages whole (they were cut at 383 bytes each), printed once.
+    expect_output "; rank 1: checkpoint shard '[^']*shard-00001-of-00002\.h5'.*File too large.*total write size = [0-9]+"
+    [[ $(printf '%s\n' "$out" | grep -c '^hpctrain: error:') -eq 1 ]] || fail "the error was not printed exactly once"
     [[ ! -e $ck/step-4 && ! -e $ck/.step-4.tmp ]] || fail "a failed checkpoint left files: $(ls -A "$ck")"
     expect_latest step-2
     expect_valid "$ck/step-2"
     resume_and_finish "" 2
+    ;;
+  manifest_edited)
+    # One changed digit in the resume point (next_batch 4 -> 6): only the manifest's own
+    # checksum (format_version 2) sees it; resume takes step-2 instead of skipping batches.
+    grep -q '"next_batch": 4,' "$ck/step-4/manifest.json" || fail "no next_batch 4 in step-4's manifest"
+    sed -i 's/"next_batch": 4,/"next_batch": 6,/' "$ck/step-4/manifest.json"
+    damaged_then_resume "step-4/manifest\.json: manifest checksum mismatch \(xxh3 [0-9a-f]{16}, manifest says [0-9a-f]{16}\): manifest modified or damaged"
+    ;;
+  manifest_version1)
+    # A manifest of format_version 1 (no checksum of its own) still resumes, with a warning.
+    "$python" - "$ck/step-4/manifest.json" <<'PY' || fail "could not edit the manifest"
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["format_version"] = 1
+del m["manifest_xxh3"]
+json.dump(m, open(sys.argv[1], "w"), indent=1)
+PY
+    run inspect "$ck/step-4"
+    [[ $rc -eq 0 ]] || fail "ckpt inspect refused a version 1 manifest"
+    expect_output "WARNING $ck/step-4: format_version 1 manifest has no checksum of its own"
+    run train --max-steps 6 --resume auto
+    [[ $rc -eq 0 ]] || fail "resume from a version 1 manifest failed"
+    [[ $(printf '%s\n' "$out" | grep -c "hpctrain: warning: $ck/step-4: format_version 1 manifest has no checksum") -eq 1 ]] ||
+      fail "expected one warning that step-4 is unprotected"
+    expect_output "resumed from $ck/step-4 \(step 4,"
+    expect_valid "$ck/step-6"
+    ;;
+  rewrite_interrupted)
+    # A re-write of step-4 crashed between setting the old step-4 aside and renaming the new
+    # one in: the next run (under its lock) renames the committed copy back and resumes from it.
+    mv "$ck/step-4" "$ck/.step-4.old"
+    mkdir "$ck/.step-4.tmp"
+    run train --max-steps 6 --resume auto
+    [[ $rc -eq 0 ]] || fail "resume failed"
+    expect_output "hpctrain: warning: recovered '$ck/step-4' from its aside copy \(a re-write of that step was interrupted\)"
+    expect_output "resumed from $ck/step-4 \(step 4,"
+    expect_valid "$ck/step-6"
+    [[ -z "$(ls -A "$ck" | grep '^\.step-')" ]] || fail "temporaries left behind: $(ls -A "$ck")"
     ;;
   manifest_absurd_shape)
     "$python" - "$ck/step-4/manifest.json" <<'PY' || fail "could not edit the manifest"

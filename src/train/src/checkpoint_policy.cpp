@@ -6,33 +6,23 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <utility>
 #include <vector>
 
+#include "hpctrain/collectives/agreement.hpp"
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/core/tensor.hpp"
 #include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/train/preemption.hpp"
 
 namespace hpctrain::train {
 
 namespace {
 
-/// Copies rank 0's string to every rank.
-std::string broadcast_string(coll::Communicator& comm, const std::string& s) {
-  std::int64_t length = comm.rank() == 0 ? static_cast<std::int64_t>(s.size()) : 0;
-  comm.broadcast(&length, 1, coll::DataType::i64, 0);
-  std::vector<std::int64_t> words(static_cast<std::size_t>((length + 7) / 8), 0);
-  if (comm.rank() == 0) std::memcpy(words.data(), s.data(), s.size());
-  comm.broadcast(words.data(), words.size(), coll::DataType::i64, 0);
-  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(length));
-}
-
-/// Rank 0's verdict (error text or "") reaches every rank; all throw together.
-void agree_with_rank0(coll::Communicator& comm, const std::string& error) {
-  const std::string verdict = broadcast_string(comm, error);
-  HPCTRAIN_REQUIRE(verdict.empty(), comm.rank() == 0 ? verdict : "rank 0: " + verdict);
-}
+using coll::agree_with_rank0;
+using coll::broadcast_string;
 
 /// What must match between a checkpoint and the run that resumes from it, so the sample
 /// sequence and the model are the same.
@@ -73,6 +63,7 @@ void save_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Se
   if (optimizer.state().empty()) optimizer.allocate_state(model.parameter_count());
   HostState h;
   h.params = core::to_host(model.parameter_buffer());
+  require_finite_parameters(h.params.data(), h.params.size(), step);
   for (const auto& s : optimizer.state()) h.optimizer.emplace_back(s.name, core::to_host(s.tensor.data));
   nlohmann::json meta = run_identity(o, samples);
   meta["step"] = step;
@@ -107,6 +98,8 @@ std::string choose_checkpoint(const TrainOptions& o, std::int64_t samples, bool 
     chosen = o.resume;
   }
   if (!chosen.empty()) {
+    const std::string unprotected = io::manifest_warning(io::read_manifest(chosen));
+    if (!unprotected.empty()) std::fprintf(stderr, "hpctrain: warning: %s: %s\n", chosen.c_str(), unprotected.c_str());
     const nlohmann::json meta = io::read_manifest(chosen).at("metadata");
     const nlohmann::json want = run_identity(o, samples);
     for (const auto& [key, value] : want.items()) {
@@ -155,12 +148,13 @@ ResumePoint load_checkpoint(const std::string& path, models::Sequential<float>& 
 ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Sequential<float>& model,
                                    core::Optimizer<float>& optimizer, std::int64_t samples) {
   const bool chatty = comm.rank() == 0 && !o.quiet;
-  std::string chosen, error;
+  std::string chosen;
+  std::exception_ptr error;
   if (comm.rank() == 0) {
     try {
       chosen = choose_checkpoint(o, samples, chatty);
-    } catch (const std::exception& e) {
-      error = e.what();
+    } catch (...) {
+      error = std::current_exception();
     }
   }
   agree_with_rank0(comm, error);

@@ -9,6 +9,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/core/conv.hpp"
+#include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
 
@@ -92,6 +93,7 @@ void ProgressReport::after_step(std::int64_t step, std::int64_t epoch, double lo
                     .dump()
              << "\n";
     metrics_.flush();
+    require_written(metrics_, "--metrics", options_.metrics_path);
   }
   last_loss_ = loss;
   window_loss_ = 0;
@@ -113,6 +115,7 @@ void ProgressReport::after_eval(std::int64_t step, std::int64_t epoch, const Eva
                     .dump()
              << "\n";
     metrics_.flush();
+    require_written(metrics_, "--metrics", options_.metrics_path);
   }
 }
 

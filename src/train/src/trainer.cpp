@@ -12,6 +12,9 @@
 
 #include "checkpoint_policy.hpp"
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/io/checkpoint_lock.hpp"
+#include "hpctrain/train/finite_guard.hpp"
+#include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/core/tensor.hpp"
@@ -31,6 +34,7 @@ namespace {
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 void validate(const TrainOptions& o) {
+  validate_numeric_options(o);
   HPCTRAIN_REQUIRE(!o.data.empty(), "--data: no training data set given");
   HPCTRAIN_REQUIRE(o.global_batch >= 1, "--global-batch must be at least 1, got " + std::to_string(o.global_batch));
   HPCTRAIN_REQUIRE(o.epochs >= 1, "--epochs must be at least 1, got " + std::to_string(o.epochs));
@@ -159,6 +163,7 @@ struct TrainingLoop {
       times.compute_s += seconds(t_compute, Clock::now());
     }
     times.comm_exposed_s += sync.finish_step();
+    require_finite_step_loss(comm, sync.step_loss(), step + 1);  // before the step is applied
     const auto t_optimizer = Clock::now();
     sync.apply(optimizer, schedule.at(step), o.clip_norm);
     const auto t_end = Clock::now();
@@ -219,6 +224,7 @@ std::uint64_t parameter_checksum(const float* data, std::size_t count) {
 
 TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   validate(o);
+  require_writable_outputs(comm, o);
   io::DatasetReaderOptions read_options;
   read_options.mean = o.normalize_mean;
   read_options.stddev = o.normalize_std;
@@ -243,6 +249,10 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   schedule.total_steps = count_total_steps(o, plan);
   const auto optimizer = make_optimizer(o, schedule.at(0));
   ResumePoint start;
+  const io::CheckpointDirLock dir_lock =
+      o.checkpoint_dir.empty()
+          ? io::CheckpointDirLock()
+          : io::claim_checkpoint_dir(comm, o.checkpoint_dir, o.resume != "none", o.overwrite_checkpoints);
   if (o.resume != "none") start = resume_from_checkpoint(comm, o, *model, *optimizer, plan.count());
   if (start.next_batch >= plan.batches_per_epoch()) {
     ++start.epoch;

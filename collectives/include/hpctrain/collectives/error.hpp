@@ -35,12 +35,38 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+/// This rank stops because another rank failed and reports the cause itself (rank 0's verdict
+/// that every rank received). abort_job prints nothing for it, so the cause appears once.
+class PeerReportedError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// The world rank of this process (MPI_COMM_WORLD), or -1 when MPI is not initialised.
 int world_rank() noexcept;
 
-/// The library boundary for programs: prints `hpctrain: error: <what>` on stderr and ends the
-/// whole job (MPI_Abort on MPI_COMM_WORLD when MPI is up, so no rank hangs; exit otherwise).
+/// True while this thread unwinds from an exception. Destructors of handles whose release waits
+/// for peers (MPI_Win_free, a progress thread mid-collective) then leak them instead: a peer may
+/// never arrive, and the error must reach the CLI, which ends the job, without blocking.
+bool unwinding_from_error() noexcept;
+
+/// The library boundary for programs: prints `hpctrain: error: <what>` on stderr once and ends
+/// the whole job (MPI_Abort on MPI_COMM_WORLD when MPI is up, so no rank hangs; exit otherwise).
+///
+/// So that a failure seen by every rank is printed once: rank 0 prints at once; any other rank
+/// waits `kPeerReportGraceS` first (rank 0's abort, when it fails too, ends it in that time);
+/// a PeerReportedError is not printed (the rank that decided prints), only a short line after
+/// a longer grace if that rank's abort never came.
 [[noreturn]] void abort_job(const std::exception& e, int exit_code = 1) noexcept;
+
+/// A function abort_job runs before ending the job (e.g. removing a lock file this process
+/// holds); it must not throw, block or take locks. At most 8 are kept; later ones are ignored.
+using AbortCleanup = void (*)() noexcept;
+void add_abort_cleanup(AbortCleanup cleanup) noexcept;
+
+/// Seconds a rank other than 0 waits before printing its error (see abort_job). Long against
+/// MPI_Abort's kill of the other ranks (milliseconds), short against a person waiting.
+inline constexpr double kPeerReportGraceS = 2.0;
 
 }  // namespace hpctrain
 

@@ -5,7 +5,10 @@
 /// Layout of `<dir>/step-<N>/`:
 ///   manifest.json                      format, step, world size, caller's metadata, every
 ///                                      tensor's global shape and which shard holds which slice,
-///                                      every shard's byte size and XXH3-64 checksum
+///                                      every shard's byte size and XXH3-64 checksum, and
+///                                      (format_version 2) `manifest_xxh3`: the XXH3-64 of the
+///                                      manifest itself (compact, sorted-key JSON without
+///                                      that field)
 ///   shard-<r>-of-<P>.h5                rank r's slices: one 1-D float32 dataset per tensor
 ///                                      piece, named by the tensor (e.g. /params/0.dense.weight),
 ///                                      with attributes `global_shape` and `offset` (elements)
@@ -69,6 +72,16 @@ std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir,
 /// `dir` (each checked with verify_checkpoint, newest first); "" when there is none. Every invalid candidate is appended to
 /// `skipped`. Local (no communication).
 std::string find_latest_checkpoint(const std::string& dir, std::vector<CheckpointProblem>* skipped);
+
+/// Renames every `.step-<N>.old` under `dir` whose `step-<N>` is missing back to `step-<N>`:
+/// a re-write of an existing step sets the old one aside, renames the new one in, then removes
+/// the old one, so a crash between the renames leaves the committed step under its aside name.
+/// Returns the recovered step directories. Local; call only while holding the directory's lock.
+std::vector<std::string> recover_interrupted_rewrites(const std::string& dir);
+
+/// A warning for a manifest that verifies but is unprotected (format_version 1: no checksum of
+/// its own), or "" when there is nothing to say.
+std::string manifest_warning(const nlohmann::json& manifest);
 
 /// The parsed manifest of a step directory (throws naming the file when unreadable).
 nlohmann::json read_manifest(const std::string& step_dir);

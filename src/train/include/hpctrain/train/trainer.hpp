@@ -64,6 +64,9 @@ struct TrainOptions {
   double checkpoint_every_s = 0.0;     ///< and/or every T seconds (0 = off)
   int keep = 3;                        ///< newest checkpoints kept
   std::string resume = "none";         ///< none | auto (newest valid in checkpoint_dir) | a step directory
+  /// A run that does not resume refuses a checkpoint_dir holding committed steps; with this
+  /// set it removes them first.
+  bool overwrite_checkpoints = false;
 };
 
 struct TrainResult {

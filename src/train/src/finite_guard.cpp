@@ -1,0 +1,70 @@
+#include "hpctrain/train/finite_guard.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hpctrain/collectives/error.hpp"
+
+namespace hpctrain::train {
+
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+void validate_numeric_options(const TrainOptions& o) {
+  const std::vector<std::pair<const char*, double>> values = {
+      {"--lr", o.lr},
+      {"--momentum", o.momentum},
+      {"--weight-decay", o.weight_decay},
+      {"--clip-norm", o.clip_norm},
+      {"--gamma", o.schedule.gamma},
+      {"--min-lr", o.schedule.min_lr},
+      {"--normalize-mean", o.normalize_mean},
+      {"--normalize-std", o.normalize_std},
+      {"--checkpoint-every-s", o.checkpoint_every_s},
+  };
+  for (const auto& [name, value] : values) {
+    HPCTRAIN_REQUIRE(std::isfinite(value), std::string(name) + " must be a finite number, got " + number(value));
+  }
+  HPCTRAIN_REQUIRE(o.schedule.gamma > 0, "--gamma must be positive, got " + number(o.schedule.gamma));
+  HPCTRAIN_REQUIRE(o.schedule.min_lr >= 0 && o.schedule.min_lr <= o.lr,
+                   "--min-lr must lie in [0, --lr] = [0, " + number(o.lr) + "], got " + number(o.schedule.min_lr));
+  HPCTRAIN_REQUIRE(o.schedule.step_size >= 1,
+                   "--step-size must be at least 1, got " + std::to_string(o.schedule.step_size));
+  HPCTRAIN_REQUIRE(o.schedule.warmup_steps >= 0,
+                   "--warmup-steps must be non-negative, got " + std::to_string(o.schedule.warmup_steps));
+  HPCTRAIN_REQUIRE(o.normalize_std > 0, "--normalize-std must be positive, got " + number(o.normalize_std));
+}
+
+void require_finite_step_loss(coll::Communicator& comm, double my_loss, std::int64_t step) {
+  // The lowest rank whose loss is not finite, or size() when all are: one all-reduce (min).
+  int first_bad = std::isfinite(my_loss) ? comm.size() : comm.rank();
+  comm.allreduce(&first_bad, 1, coll::ReduceOp::min);
+  if (first_bad == comm.size()) return;
+  const std::string what = "step " + std::to_string(step) + ": the training loss is not finite on rank " +
+                           std::to_string(first_bad) +
+                           (first_bad == comm.rank() ? " (" + number(my_loss) + ")" : std::string()) +
+                           "; stopped before applying the step (nothing non-finite is checkpointed). Lower --lr, "
+                           "or set --clip-norm";
+  if (comm.rank() == 0) throw Error(what, __FILE__, __LINE__);
+  throw PeerReportedError(what, __FILE__, __LINE__);
+}
+
+void require_finite_parameters(const float* params, std::size_t count, std::int64_t step) {
+  for (std::size_t i = 0; i < count; ++i) {
+    HPCTRAIN_REQUIRE(std::isfinite(params[i]), "step " + std::to_string(step) + ": parameter " + std::to_string(i) +
+                                                   " is " + number(params[i]) +
+                                                   ": refusing to checkpoint non-finite parameters");
+  }
+}
+
+}  // namespace hpctrain::train

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# reliability_scenario.sh SCENARIO HPCTRAIN DATA MPIEXEC [PYTHON]
+#
+# One failure through the real command, `mpirun -n 2 hpctrain train`: a failure on some ranks,
+# or a rank frozen with SIGSTOP, must end every rank within a stated bound (no hang), exit
+# non-zero, and print the original cause once, naming the rank. Each run is under `timeout`,
+# so a regression to a hang fails in seconds, not at ctest's TIMEOUT.
+set -u
+scenario=$1 hpctrain=$2 data=$3 mpiexec=$4 python=${5:-/usr/bin/python3}
+work=$(mktemp -d /tmp/hpctrain-reliability-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+out="" rc=0
+
+fail() { echo "FAIL [$scenario]: $*" >&2; exit 1; }
+# run BOUND_S CMD...: output and status of CMD, killed after BOUND_S seconds (rc 124: a hang).
+run() {
+  local bound=$1
+  shift
+  out=$(timeout -k 5 "$bound" "$@" 2>&1)
+  rc=$?
+  printf '$ %s\n%s\n[exit %d]\n' "$*" "$out" "$rc"
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "did not end within $bound s (a hang)"
+}
+expect_output() {  # REGEX: the last output (newlines as spaces) must match
+  printf '%s\n' "$out" | tr '\n' ' ' | grep -Eq -- "$1" || fail "output does not match /$1/"
+}
+# The cause is printed exactly once (one `hpctrain: error:` line, matching REGEX), never with
+# the rank named twice.
+expect_one_error() {  # REGEX
+  local n
+  n=$(printf '%s\n' "$out" | grep -c '^hpctrain: error:')
+  [[ $n -eq 1 ]] || fail "expected one 'hpctrain: error:' line, got $n"
+  printf '%s\n' "$out" | grep '^hpctrain: error:' | grep -Eq -- "$1" || fail "the error line does not match /$1/"
+  ! printf '%s\n' "$out" | grep -Eq 'rank [0-9]+: rank [0-9]+:' || fail "the rank is named twice"
+}
+train=("$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$data" --no-eval --global-batch 32)
+
+# Sends SIGNAL (default STOP) to rank RANK of the run started with HPCTRAIN_TEST_RUN=$work once
+# it has printed a progress line into LOG (a stopped rank is SIGKILLed by the job's abort).
+stop_rank_after_progress() {  # LOG RANK [SIGNAL]
+  local log=$1 rank=$2 signal=${3:-STOP} env_file pid
+  for _ in $(seq 1 600); do
+    grep -q 'step ' "$log" 2>/dev/null && break
+    sleep 0.1
+  done
+  for env_file in /proc/[0-9]*/environ; do
+    [[ -r $env_file ]] || continue
+    pid=${env_file#/proc/}
+    pid=${pid%/environ}
+    if tr '\0' '\n' 2>/dev/null < "$env_file" | grep -qx "HPCTRAIN_TEST_RUN=$work" 2>/dev/null &&
+       tr '\0' '\n' 2>/dev/null < "$env_file" | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+      kill "-$signal" "$pid" && echo "sent SIG$signal to rank $rank (pid $pid)" && return 0
+    fi
+  done
+  return 1
+}
+# A run in which rank 1 is frozen mid-training; every other rank must name it and end.
+frozen_rank() {  # EXTRA_TRAIN_ARGS...
+  local log=$work/frozen.log start end
+  start=$(date +%s)
+  HPCTRAIN_TEST_RUN=$work HPCTRAIN_COLL_TIMEOUT_S=5 timeout -k 5 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$data" \
+    --no-eval --global-batch 32 --epochs 1000 --log-every 1 "$@" > "$log" 2>&1 &
+  local mpirun=$!
+  stop_rank_after_progress "$log" 1 || { kill -KILL "$mpirun"; fail "could not find rank 1 to stop"; }
+  wait "$mpirun"
+  rc=$?
+  end=$(date +%s)
+  out=$(cat "$log")
+  printf '%s\n[exit %d after %d s]\n' "$(tail -n 30 "$log")" "$rc" "$((end - start))"
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "the job did not end within 60 s of a frozen rank (a hang)"
+  [[ $rc -ne 0 ]] || fail "exited 0 with a frozen rank"
+}
+
+case $scenario in
+  metrics_unwritable | metrics_unwritable_mpi)
+    # Rank 0 cannot open its metrics file; rank 1 has nothing to write and goes on. Before the
+    # fix, rank 0 blocked in MPI_Win_free (or rank 1 in MPI_Allreduce) forever, printing nothing.
+    algo=auto
+    [[ $scenario == metrics_unwritable_mpi ]] && algo=mpi
+    run 60 "${train[@]}" --max-steps 5 --algo "$algo" --metrics /nonexistent/x.jsonl
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: --metrics: cannot write '/nonexistent/x\.jsonl'"
+    ;;
+  frozen_rank | frozen_rank_mpi)
+    # Rank 1 frozen (SIGSTOP) mid-training: rank 0 names it within HPCTRAIN_COLL_TIMEOUT_S=5
+    # (our algorithms' deadline, or the vendor-call watchdog for MPI_Allreduce) and the job ends.
+    if [[ $scenario == frozen_rank ]]; then frozen_rank; else frozen_rank --algo mpi; fi
+    expect_one_error "^hpctrain: error: rank 0: .*did not complete within 5 s.*waiting.*rank 1"
+    ;;
+  nonfinite_loss)
+    # --lr 1e6 diverges within a few steps: the run stops naming the step, exit 1, and every
+    # checkpoint it committed (one per step) holds finite numbers only.
+    run 60 "${train[@]}" --lr 1e6 --max-steps 20 --log-every 1 --checkpoint-dir "$work/ck" --checkpoint-every 1
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: step [0-9]+: the training loss is not finite on rank [01]( \(-?nan\)| \(-?inf\))?; stopped before applying the step"
+    "$python" - "$work/ck" <<'PY' || fail "a committed checkpoint holds non-finite numbers"
+import glob, sys, h5py, numpy as np
+shards = glob.glob(sys.argv[1] + "/step-*/shard-*.h5")
+assert shards, "no checkpoint was committed"
+for path in shards:
+    with h5py.File(path, "r") as f:
+        bad = []
+        f.visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and not np.isfinite(o[()]).all() else None)
+        assert not bad, f"{path}: non-finite {bad}"
+print(f"{len(shards)} shards, all finite")
+PY
+    ;;
+  nan_sample | nan_scale)
+    # A float32 data set with NaN in some samples, or a NaN `scale` attribute: refused naming
+    # the file and dataset (and the sample and element), exit 1.
+    bad=$work/bad.h5
+    "$python" - "$data" "$bad" "$scenario" <<'PY' || fail "could not make the bad data set"
+import shutil, sys, h5py, numpy as np
+src, dst, scenario = sys.argv[1:]
+shutil.copy(src, dst)
+with h5py.File(dst, "r+") as f:
+    x = f["samples"][()].astype(np.float32) / 255.0
+    attrs = dict(f["samples"].attrs)
+    del f["samples"]
+    if scenario == "nan_sample":
+        x.reshape(len(x), -1)[::8, 89] = np.nan  # every 8th sample: every batch holds some
+    ds = f.create_dataset("samples", data=x)
+    for k, v in attrs.items():
+        if k != "scale":
+            ds.attrs[k] = v
+    ds.attrs["scale"] = np.nan if scenario == "nan_scale" else 1.0
+PY
+    run 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$bad" --no-eval --global-batch 32 --max-steps 2
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    if [[ $scenario == nan_sample ]]; then
+      expect_one_error "^hpctrain: error: rank [01]: data set '$bad' /samples: sample [0-9]+ holds nan at element 89: the input must be finite"
+    else
+      expect_one_error "^hpctrain: error: rank 0: data set '$bad' /samples: attribute 'scale' is nan, not a finite number"
+    fi
+    ;;
+  checkpoint_dir_in_use)
+    # Run A trains into ck; run B, started meanwhile on ck, is refused naming A's lock; A's
+    # rank 0 is then SIGKILLed (its lock stays behind), and run C takes the stale lock over.
+    ck=$work/ck log=$work/a.log
+    # Run A's own limit is generous (it is SIGKILLed below): on a loaded machine its start-up
+    # alone can take tens of seconds, and A must still hold its lock when B starts.
+    HPCTRAIN_TEST_RUN=$work timeout -k 5 240 "${train[@]}" --epochs 1000 --log-every 1 --checkpoint-dir "$ck" \
+      --checkpoint-every 2 > "$log" 2>&1 &
+    a=$!
+    for _ in $(seq 1 1800); do [[ -d $ck/step-2 ]] && break; sleep 0.1; done
+    [[ -f $ck/.hpctrain.lock ]] || { kill -KILL "$a"; tail -n 20 "$log"; fail "run A holds no lock"; }
+    run 60 "${train[@]}" --max-steps 4 --checkpoint-dir "$ck" --resume auto
+    [[ $rc -eq 1 ]] || { kill -KILL "$a"; fail "run B: exit status $rc, expected 1"; }
+    expect_one_error "^hpctrain: error: rank 0: checkpoint directory '$ck' is in use by another run: its lock '$ck/\.hpctrain\.lock' is held by pid [0-9]+ on host $(hostname)\. Use another --checkpoint-dir"
+    stop_rank_after_progress "$log" 0 KILL || { kill -KILL "$a"; fail "could not find run A's rank 0"; }
+    wait "$a"
+    [[ -f $ck/.hpctrain.lock ]] || fail "the SIGKILLed run left no lock (nothing stale to take over)"
+    run 60 "${train[@]}" --max-steps 4 --checkpoint-dir "$ck" --resume auto
+    [[ $rc -eq 0 ]] || fail "run C: exit status $rc, expected 0"
+    expect_output "hpctrain: warning: taking over the stale lock '$ck/\.hpctrain\.lock' of pid [0-9]+ on host $(hostname): pid [0-9]+ no longer runs on this host"
+    [[ ! -e $ck/.hpctrain.lock ]] || fail "run C did not release its lock"
+    ;;
+  fresh_run_in_used_dir)
+    # A run without --resume refuses a directory holding another run's checkpoints, unless
+    # --overwrite-checkpoints (which removes them first). An error ending a run releases the lock.
+    ck=$work/ck
+    run 60 "${train[@]}" --max-steps 2 --checkpoint-dir "$ck" --checkpoint-every 2
+    [[ $rc -eq 0 && -d $ck/step-2 ]] || fail "the first run failed"
+    run 60 "${train[@]}" --max-steps 2 --checkpoint-dir "$ck" --checkpoint-every 2
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: --checkpoint-dir '$ck' already holds checkpoints \(latest, step-2\) and this run does not resume: pass --resume auto to continue from them, or --overwrite-checkpoints to remove them and start afresh"
+    [[ ! -e $ck/.hpctrain.lock ]] || fail "the refused run left its lock behind"
+    run 60 "${train[@]}" --max-steps 1 --checkpoint-dir "$ck" --overwrite-checkpoints
+    [[ $rc -eq 0 ]] || fail "--overwrite-checkpoints: exit status $rc, expected 0"
+    expect_output "hpctrain: --overwrite-checkpoints: removed 2 checkpoint entries of an earlier run from '$ck'"
+    [[ -d $ck/step-1 && ! -e $ck/step-2 && "$(cat "$ck/latest")" == step-1 ]] || fail "not started afresh: $(ls -A "$ck")"
+    ;;
+  *) fail "unknown scenario" ;;
+esac
+echo "PASS [$scenario]"
