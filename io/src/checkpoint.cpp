@@ -348,129 +348,167 @@ nlohmann::json read_manifest(const std::string& step_dir) {
   }
 }
 
+namespace {
+
+/// The problems verify_checkpoint collects, with the manifest's path for the manifest's own.
+struct ProblemList {
+  std::vector<CheckpointProblem>& problems;
+  const std::string& manifest_path;
+  void manifest(const std::string& what) const { problems.push_back({manifest_path, what}); }
+  void file(const std::string& path, const std::string& what) const { problems.push_back({path, what}); }
+};
+
+/// format, format_version and world_size against the shard list; false ends the verification.
+bool verify_manifest_header(const nlohmann::json& m, const ProblemList& report) {
+  if (m.value("format", std::string()) != kFormat) {
+    report.manifest("not an hpctrain checkpoint manifest (format field)");
+    return false;
+  }
+  const auto version = m.value("format_version", nlohmann::json());
+  if (!version.is_number_integer() || version.get<std::int64_t>() < 1 ||
+      version.get<std::int64_t>() > kFormatVersion) {
+    report.manifest("unsupported format_version " + version.dump());
+    return false;
+  }
+  const auto& shards = m.at("shards");
+  const std::int64_t world = m.at("world_size").get<std::int64_t>();
+  if (!shards.is_array() || world < 1 || static_cast<std::int64_t>(shards.size()) != world || world > (1 << 24)) {
+    report.manifest("world_size and shard list disagree");
+    return false;
+  }
+  return true;
+}
+
+/// Every tensor's shape is sane and its pieces tile it exactly. Fills `claimed` (elements each
+/// shard's pieces claim: checked against the shard's byte size later, so a manifest cannot make
+/// a reader allocate more than the files on disk hold). False ends the verification.
+bool verify_tensor_layout(const nlohmann::json& m, std::int64_t max_elements, const ProblemList& report,
+                          std::vector<std::int64_t>& claimed) {
+  const std::int64_t world = m.at("world_size").get<std::int64_t>();
+  claimed.assign(static_cast<std::size_t>(world), 0);
+  std::int64_t total = 0;
+  for (const auto& t : m.at("tensors")) {
+    const std::string name = t.at("name").get<std::string>();
+    const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
+    std::int64_t n = 1;
+    for (auto d : shape) {
+      if (d < 0 || d > max_elements || (d > 0 && n > max_elements / d)) {
+        report.manifest("tensor '" + name + "' claims an absurd shape");
+        return false;
+      }
+      n *= d;
+    }
+    total += n;
+    if (total > max_elements) {
+      report.manifest("tensors claim more than " + std::to_string(max_elements) + " elements");
+      return false;
+    }
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    for (const auto& p : t.at("pieces")) {
+      const auto shard = p.at("shard").get<std::int64_t>(), off = p.at("offset").get<std::int64_t>(),
+                 cnt = p.at("count").get<std::int64_t>();
+      if (shard < 0 || shard >= world || off < 0 || cnt < 0 || off > n || cnt > n - off) {
+        report.manifest("tensor '" + name + "' has a piece outside its shape or shard list");
+        return false;
+      }
+      ranges.emplace_back(off, cnt);
+      claimed[static_cast<std::size_t>(shard)] += cnt;  // <= total <= max_elements: no overflow
+    }
+    std::sort(ranges.begin(), ranges.end());
+    std::int64_t covered = 0;
+    for (auto [off, cnt] : ranges) {
+      if (off != covered) {
+        report.manifest("tensor '" + name + "' pieces do not tile it");
+        return false;
+      }
+      covered += cnt;
+    }
+    if (covered != n) {
+      report.manifest("tensor '" + name + "' pieces do not cover it");
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Each shard file: a plain name, present, large enough for its pieces, the recorded size and
+/// checksum. Every shard is checked (problems accumulate).
+void verify_shard_files(const nlohmann::json& m, const fs::path& dir, const std::vector<std::int64_t>& claimed,
+                        const ProblemList& report) {
+  const auto& shards = m.at("shards");
+  for (std::size_t r = 0; r < shards.size(); ++r) {
+    const auto& s = shards[r];
+    const std::string file = s.at("file").get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file.find("..") != std::string::npos) {
+      report.manifest("shard file name '" + file + "' is not a plain file name");
+      continue;
+    }
+    const std::string path = (dir / file).string();
+    if (!fs::exists(path)) {
+      report.file(path, "shard missing");
+      continue;
+    }
+    const auto want_bytes = s.at("bytes").get<std::uint64_t>();
+    // Pieces are stored uncompressed as float32: a shard cannot hold more than bytes / 4.
+    if (static_cast<std::uint64_t>(claimed[r]) > want_bytes / sizeof(float)) {
+      report.manifest("tensor pieces in shard '" + file + "' claim " + std::to_string(claimed[r] * 4) +
+                      " bytes of data, more than its recorded size of " + std::to_string(want_bytes) + " bytes");
+      continue;
+    }
+    const auto size = static_cast<std::uint64_t>(fs::file_size(path));
+    if (size != want_bytes) {
+      report.file(path, "size " + std::to_string(size) + " bytes, manifest says " + std::to_string(want_bytes) +
+                            " (truncated or torn)");
+      continue;
+    }
+    const FileDigest d = digest_file(path);
+    if (hex64(d.xxh3) != s.at("xxh3").get<std::string>()) {
+      report.file(path, "checksum mismatch (xxh3 " + hex64(d.xxh3) + ", manifest says " +
+                            s.at("xxh3").get<std::string>() + "): data corrupted");
+    }
+  }
+}
+
+/// The manifest's own checksum (format_version >= kFirstProtectedVersion).
+void verify_manifest_checksum(const nlohmann::json& m, const ProblemList& report) {
+  const auto version = m.at("format_version");
+  if (version.get<std::int64_t>() < kFirstProtectedVersion) return;
+  const auto recorded = m.value(kManifestChecksumKey, nlohmann::json());
+  const std::string actual = manifest_checksum(m);
+  if (!recorded.is_string()) {
+    report.manifest(std::string("no ") + kManifestChecksumKey + " field (format_version " + version.dump() +
+                    " records one): manifest damaged");
+  } else if (recorded.get<std::string>() != actual) {
+    report.manifest("manifest checksum mismatch (xxh3 " + actual + ", manifest says " + recorded.get<std::string>() +
+                    "): manifest modified or damaged");
+  }
+}
+
+}  // namespace
+
 std::vector<CheckpointProblem> verify_checkpoint(const std::string& step_dir, std::int64_t max_elements) {
   std::vector<CheckpointProblem> problems;
   const fs::path dir(step_dir);
   const std::string manifest_path = (dir / "manifest.json").string();
-  auto problem = [&](const std::string& path, const std::string& what) { problems.push_back({path, what}); };
+  const ProblemList report{problems, manifest_path};
   nlohmann::json m;
   try {
     m = read_manifest(step_dir);
   } catch (const std::exception& e) {
-    problem(manifest_path, e.what());
+    report.manifest(e.what());
     return problems;
   }
   try {
-    if (m.value("format", std::string()) != kFormat) {
-      problem(manifest_path, "not an hpctrain checkpoint manifest (format field)");
-      return problems;
-    }
-    const auto version = m.value("format_version", nlohmann::json());
-    if (!version.is_number_integer() || version.get<std::int64_t>() < 1 ||
-        version.get<std::int64_t>() > kFormatVersion) {
-      problem(manifest_path, "unsupported format_version " + version.dump());
-      return problems;
-    }
-    const auto& shards = m.at("shards");
-    const std::int64_t world = m.at("world_size").get<std::int64_t>();
-    if (!shards.is_array() || world < 1 || static_cast<std::int64_t>(shards.size()) != world || world > (1 << 24)) {
-      problem(manifest_path, "world_size and shard list disagree");
-      return problems;
-    }
-    std::int64_t total = 0;
-    // Elements each shard's pieces claim: checked against the shard's byte size below, so a
-    // manifest cannot make a reader allocate more than the files on disk hold.
-    std::vector<std::int64_t> claimed(static_cast<std::size_t>(world), 0);
-    for (const auto& t : m.at("tensors")) {
-      const std::string name = t.at("name").get<std::string>();
-      const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
-      std::int64_t n = 1;
-      for (auto d : shape) {
-        if (d < 0 || d > max_elements || (d > 0 && n > max_elements / d)) {
-          problem(manifest_path, "tensor '" + name + "' claims an absurd shape");
-          return problems;
-        }
-        n *= d;
-      }
-      total += n;
-      if (total > max_elements) {
-        problem(manifest_path, "tensors claim more than " + std::to_string(max_elements) + " elements");
-        return problems;
-      }
-      std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
-      for (const auto& p : t.at("pieces")) {
-        const auto shard = p.at("shard").get<std::int64_t>(), off = p.at("offset").get<std::int64_t>(),
-                   cnt = p.at("count").get<std::int64_t>();
-        if (shard < 0 || shard >= world || off < 0 || cnt < 0 || off > n || cnt > n - off) {
-          problem(manifest_path, "tensor '" + name + "' has a piece outside its shape or shard list");
-          return problems;
-        }
-        ranges.emplace_back(off, cnt);
-        claimed[static_cast<std::size_t>(shard)] += cnt;  // <= total <= max_elements: no overflow
-      }
-      std::sort(ranges.begin(), ranges.end());
-      std::int64_t covered = 0;
-      for (auto [off, cnt] : ranges) {
-        if (off != covered) {
-          problem(manifest_path, "tensor '" + name + "' pieces do not tile it");
-          return problems;
-        }
-        covered += cnt;
-      }
-      if (covered != n) {
-        problem(manifest_path, "tensor '" + name + "' pieces do not cover it");
-        return problems;
-      }
-    }
-    for (std::size_t r = 0; r < shards.size(); ++r) {
-      const auto& s = shards[r];
-      const std::string file = s.at("file").get<std::string>();
-      if (file.empty() || file.find('/') != std::string::npos || file.find("..") != std::string::npos) {
-        problem(manifest_path, "shard file name '" + file + "' is not a plain file name");
-        continue;
-      }
-      const std::string path = (dir / file).string();
-      if (!fs::exists(path)) {
-        problem(path, "shard missing");
-        continue;
-      }
-      const auto want_bytes = s.at("bytes").get<std::uint64_t>();
-      // Pieces are stored uncompressed as float32: a shard cannot hold more than bytes / 4.
-      if (static_cast<std::uint64_t>(claimed[r]) > want_bytes / sizeof(float)) {
-        problem(manifest_path, "tensor pieces in shard '" + file + "' claim " + std::to_string(claimed[r] * 4) +
-                                   " bytes of data, more than its recorded size of " + std::to_string(want_bytes) +
-                                   " bytes");
-        continue;
-      }
-      const auto size = static_cast<std::uint64_t>(fs::file_size(path));
-      if (size != want_bytes) {
-        problem(path, "size " + std::to_string(size) + " bytes, manifest says " + std::to_string(want_bytes) +
-                          " (truncated or torn)");
-        continue;
-      }
-      const FileDigest d = digest_file(path);
-      if (hex64(d.xxh3) != s.at("xxh3").get<std::string>()) {
-        problem(path, "checksum mismatch (xxh3 " + hex64(d.xxh3) + ", manifest says " +
-                          s.at("xxh3").get<std::string>() + "): data corrupted");
-      }
-    }
+    std::vector<std::int64_t> claimed;
+    if (!verify_manifest_header(m, report) || !verify_tensor_layout(m, max_elements, report, claimed)) return problems;
+    verify_shard_files(m, dir, claimed, report);
     // Last: a hostile manifest is first checked for what it could make a reader do (above);
     // one that is well-formed must also be the one the writer wrote.
-    if (version.get<std::int64_t>() >= kFirstProtectedVersion) {
-      const auto recorded = m.value(kManifestChecksumKey, nlohmann::json());
-      const std::string actual = manifest_checksum(m);
-      if (!recorded.is_string()) {
-        problem(manifest_path, std::string("no ") + kManifestChecksumKey + " field (format_version " +
-                                   version.dump() + " records one): manifest damaged");
-      } else if (recorded.get<std::string>() != actual) {
-        problem(manifest_path, "manifest checksum mismatch (xxh3 " + actual + ", manifest says " +
-                                   recorded.get<std::string>() + "): manifest modified or damaged");
-      }
-    }
+    verify_manifest_checksum(m, report);
   } catch (const nlohmann::json::exception& e) {
-    problem(manifest_path, std::string("malformed manifest: ") + e.what());
+    report.manifest(std::string("malformed manifest: ") + e.what());
   } catch (const std::exception& e) {
-    problem(manifest_path, e.what());
+    report.manifest(e.what());
   }
   return problems;
 }

@@ -142,7 +142,8 @@ PY
     HPCTRAIN_TEST_RUN=$work timeout -k 5 240 "${train[@]}" --epochs 1000 --log-every 1 --checkpoint-dir "$ck" \
       --checkpoint-every 2 > "$log" 2>&1 &
     a=$!
-    for _ in $(seq 1 1800); do [[ -d $ck/step-2 ]] && break; sleep 0.1; done
+    # Its first commit ('latest' exists; step-2 itself may already be pruned by --keep).
+    for _ in $(seq 1 1800); do [[ -e $ck/latest ]] && break; sleep 0.1; done
     [[ -f $ck/.hpctrain.lock ]] || { kill -KILL "$a"; tail -n 20 "$log"; fail "run A holds no lock"; }
     run 60 "${train[@]}" --max-steps 4 --checkpoint-dir "$ck" --resume auto
     [[ $rc -eq 1 ]] || { kill -KILL "$a"; fail "run B: exit status $rc, expected 1"; }
