@@ -5,6 +5,7 @@
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/ml/dataset_slice.hpp"
 #include "hpctrain/ml/kmeans.hpp"
+#include "hpctrain/ml/linear_regression.hpp"
 #include "hpctrain/ml/model_file.hpp"
 
 namespace hpctrain::cli {
@@ -44,6 +45,27 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
   return 0;
 }
 
+int run_linreg(const MlArgs& a, coll::Communicator& comm) {
+  const std::int64_t n = ml::dataset_sample_count(a.data);
+  const auto part = ml::partition_samples(n, comm.rank(), comm.size());
+  const auto data = ml::read_dataset_slice(a.data, part, true);
+  const auto r = ml::fit_linear_regression(comm, part, data, ml::LinearRegressionOptions{a.l2});
+  if (comm.rank() == 0) {
+    ml::ModelFileContents m;
+    m.model = "linreg";
+    m.arrays.push_back({"/coefficients", {static_cast<hsize_t>(r.coefficients.size())}, r.coefficients});
+    m.real_attributes = {{"intercept", r.intercept}, {"l2", a.l2}, {"mse", r.mse}};
+    m.int_attributes = {{"samples", n}};
+    ml::write_model_file(a.out, m);
+    std::printf("linreg: %lld samples, %zu features, intercept %.17g, training mse %.17g\n", static_cast<long long>(n),
+                r.coefficients.size(), r.intercept, r.mse);
+    std::printf("hpctrain: wrote %s\n", a.out.c_str());
+    std::fflush(stdout);
+  }
+  comm.barrier();
+  return 0;
+}
+
 }  // namespace
 
 CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
@@ -59,11 +81,17 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
       ->check(CLI::IsMember({"kmeans++", "random"}))
       ->capture_default_str();
   a.kmeans->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
+  a.linreg = ml->add_subcommand("linreg", "Least squares with intercept, (1/2n)||y - Xw - b||^2 + (l2/2)||w||^2; "
+                                          "writes /coefficients (d, f64) and the intercept");
+  a.linreg->add_option("--data", a.data, "hpctrain HDF5 data set with /targets (float64, N)")->required();
+  a.linreg->add_option("--l2", a.l2, "Ridge penalty lambda (the intercept is not penalised)")->capture_default_str();
+  a.linreg->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
   return ml;
 }
 
 int run_ml(const MlArgs& a, coll::Communicator& comm) {
   if (a.kmeans && *a.kmeans) return run_kmeans(a, comm);
+  if (a.linreg && *a.linreg) return run_linreg(a, comm);
   HPCTRAIN_FAIL("ml: no subcommand");
 }
 

@@ -11,6 +11,8 @@ namespace hpctrain::cli {
 
 struct MlArgs {
   CLI::App* kmeans = nullptr;
+  CLI::App* linreg = nullptr;
+  double l2 = 0.0;
   std::string data, out, init = "kmeans++";
   std::int64_t k = 0, max_iter = 300;
   double tol = 1e-4;

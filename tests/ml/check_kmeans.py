@@ -7,42 +7,11 @@ samples (5 sum blocks) so that np 2..4 split them. The /centroids bytes must be 
 np 1, 2, 3, 4 (on a second, noisy data set as well, against numpy's float64 Lloyd from the same
 initial centres). Bad input: K > N, K <= 0, NaN in the data: one clear error, non-zero exit.
 """
-import argparse, os, subprocess, sys
+import os
 import h5py
 import numpy as np
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--hpctrain", required=True)
-ap.add_argument("--mpiexec", required=True)
-ap.add_argument("--mpiexec-flag", action="append", default=[])
-ap.add_argument("--workdir", required=True)
-args = ap.parse_args()
-os.makedirs(args.workdir, exist_ok=True)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def write_dataset(path, x):
-    with h5py.File(path, "w") as f:
-        s = f.create_dataset("samples", data=x.astype(np.float32), chunks=(min(len(x), 1024), x.shape[1]))
-        s.attrs["scale"] = 1.0
-        f.create_dataset("labels", data=np.zeros(len(x), np.int32))
-        f.attrs["format"] = "hpctrain-dataset"
-        f.attrs["format_version"] = 1
-        f.attrs["count"] = len(x)
-        f.attrs["shape"] = np.array([x.shape[1]], np.int64)
-        f.attrs["classes"] = 1
-
-
-def run(np_, *cmd):
-    full = [args.mpiexec, "-n", str(np_)] + [f for f in args.mpiexec_flag if f] + [args.hpctrain, "ml"] + list(cmd)
-    return subprocess.run(full, capture_output=True, text=True, timeout=120)
-
+from ml_test_support import args, check, finish, run_ml as run, write_dataset
 
 # ---- exact clusters ---------------------------------------------------------------------
 centres = np.array([[10.0, 0.0, 0.0], [0.0, 10.0, 0.0], [0.0, 0.0, -10.0]])
@@ -119,5 +88,4 @@ for np_, cmd, needle in [
     check(needle in p.stderr, f"{cmd}: stderr lacks {needle!r}: {p.stderr.strip()[:400]}")
 check(not os.path.exists(os.path.join(args.workdir, "bad.h5")), "a failed fit left a model file")
 
-print("FAILED" if failures else "OK", len(failures))
-sys.exit(1 if failures else 0)
+finish()
