@@ -4,8 +4,9 @@
 Known answer: 3 well-separated clusters in 3-d whose points are exact dyadic offsets around
 integer centres, so the centroids are exact and the inertia is known in closed form; 5000
 samples (5 sum blocks) so that np 2..4 split them. The /centroids bytes must be identical at
-np 1, 2, 3, 4 (on a second, noisy data set as well, against numpy's float64 Lloyd from the same
-initial centres). Bad input: K > N, K <= 0, NaN in the data: one clear error, non-zero exit.
+np 1, 2, 3, 4 on a second, noisy data set (scale 0.1, so plain f64 sums would differ by P:
+checked by replacing the exact sum with a plain all-reduce, which fails this), whose result must
+be a fixed point of numpy's float64 Lloyd step. Bad input: K > N, K <= 0, NaN in the data: one clear error, non-zero exit.
 """
 import os
 import h5py
@@ -36,7 +37,9 @@ expected_inertia = float(np.sum(np.min(((x[:, None, :] - centres[None]) ** 2).su
 blobs = os.path.join(args.workdir, "blobs.h5")
 y = np.concatenate([rng.normal(m, 1.0, (1500, 4)) for m in (-3.0, 0.0, 3.0)])
 rng.shuffle(y)
-write_dataset(blobs, y)
+# scale 0.1: the samples (stored x 0.1) fill all 53 bits, so an f64 sum in another order or
+# split would round differently and the np 1..4 comparison can fail.
+write_dataset(blobs, y, scale=0.1)
 
 bytes_by_np = {}
 for np_ in (1, 2, 3, 4):
@@ -66,7 +69,7 @@ for init, by in bytes_by_np.items():
 # float64 reference: numpy's Lloyd from the same result's centres is a fixed point
 if "kmeans++" in bytes_by_np and 1 in bytes_by_np["kmeans++"]:
     c = np.frombuffer(bytes_by_np["kmeans++"][1][0]).reshape(3, 4)
-    yy = y.astype(np.float32).astype(np.float64)
+    yy = (y / 0.1).astype(np.float32).astype(np.float64) * 0.1
     lab = np.argmin(((yy[:, None] - c[None]) ** 2).sum(-1), axis=1)
     ref = np.array([yy[lab == j].mean(0) for j in range(3)])
     check(np.allclose(ref, c, rtol=1e-12, atol=1e-12), f"not a Lloyd fixed point: {ref} vs {c}")

@@ -20,11 +20,12 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def write_dataset(path, x, targets=None, names=None, labels=True):
-    """/samples float32 (scale 1), optional /targets float64 and dummy /labels."""
+def write_dataset(path, x, targets=None, names=None, labels=True, scale=1.0):
+    """/samples = x / scale as float32 with attribute `scale`, optional /targets float64 and
+    dummy /labels."""
     with h5py.File(path, "w") as f:
-        s = f.create_dataset("samples", data=x.astype(np.float32))
-        s.attrs["scale"] = 1.0
+        s = f.create_dataset("samples", data=(x / scale).astype(np.float32))
+        s.attrs["scale"] = scale
         if labels:
             f.create_dataset("labels", data=np.zeros(len(x), np.int32))
             f.attrs["classes"] = 1
