@@ -31,6 +31,33 @@ void fsync_path(const std::string& path, bool directory, bool required) {
   HPCTRAIN_REQUIRE(rc == 0 || !required, "fsync of '" + path + "' failed: " + why);
 }
 
+StagedFile::StagedFile(std::string final_path, const std::string& what)
+    : final_path_(std::move(final_path)), what_(what) {
+  namespace fs = std::filesystem;
+  const fs::path out(final_path_);
+  const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  std::error_code ec;
+  HPCTRAIN_REQUIRE(fs::is_directory(dir, ec), what_ + ": output directory '" + dir.string() + "' does not exist");
+  HPCTRAIN_REQUIRE(!fs::is_directory(out, ec), what_ + ": output '" + final_path_ + "' is a directory");
+  directory_ = dir.string();
+  temp_path_ = (dir / ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+}
+
+StagedFile::~StagedFile() {
+  if (committed_) return;
+  std::error_code ec;
+  std::filesystem::remove(temp_path_, ec);
+}
+
+void StagedFile::commit() {
+  fsync_path(temp_path_, false);
+  std::error_code ec;
+  std::filesystem::rename(temp_path_, final_path_, ec);
+  HPCTRAIN_REQUIRE(!ec, what_ + ": rename '" + temp_path_ + "' to '" + final_path_ + "': " + ec.message());
+  committed_ = true;
+  fsync_path(directory_, true);
+}
+
 void start_writeback(int fd) noexcept {
 #if defined(__linux__)
   (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);

@@ -39,6 +39,7 @@ CMAKE_TO_SPACK = {
     "Kokkos": "kokkos",
     "KokkosKernels": "kokkos-kernels",
     "BLAS": "blas",
+    "LAPACK": "lapack",
     "CLI11": "cli11",
     "nlohmann_json": "nlohmann-json",
     "fmt": "fmt",

@@ -27,6 +27,8 @@
 #include "hpctrain/io/idx_import.hpp"
 #include "hpctrain/train/preemption.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "import_csv_command.hpp"
+#include "ml_commands.hpp"
 #include "tune_collectives.hpp"
 
 namespace fs = std::filesystem;
@@ -341,6 +343,12 @@ int main(int argc, char** argv) {
       "tuning file for HPCTRAIN_TUNING_FILE; print predicted times per algorithm up to thousands of nodes");
   hpctrain::cli::add_tune_options(*tune, tune_args);
 
+  hpctrain::cli::ImportCsvArgs csv_args;
+  CLI::App* import_csv = hpctrain::cli::add_import_csv_command(*data, csv_args);
+
+  hpctrain::cli::MlArgs ml_args;
+  CLI::App* ml = hpctrain::cli::add_ml_commands(app, ml_args);
+
   // --config FILE: its values go before the command line's arguments.
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
@@ -382,6 +390,8 @@ int main(int argc, char** argv) {
     if (*train) return run_train(train_args, comm);
     if (*import) return run_import(import_args, comm);
     if (*inspect) return run_ckpt_inspect(ckpt_dir, comm);
+    if (*import_csv) return hpctrain::cli::run_import_csv(csv_args, comm);
+    if (*ml) return hpctrain::cli::run_ml(ml_args, comm);
     if (*exporter) {
       if (comm.rank() == 0) {
         const auto n = hpctrain::io::export_checkpoint(ckpt_dir, export_out);

@@ -20,6 +20,28 @@ void start_writeback(int fd) noexcept;
 /// Replaces `path` with `content` atomically: readers see the old or the new file, never a mix.
 void atomic_write_file(const std::string& path, const std::string& content);
 
+/// A file written under a temporary name in its final directory (".<name>.tmp-<pid>") and
+/// renamed into place by commit() after an fsync, so a crash or an error never leaves a partial
+/// file under the final name; removed by the destructor unless committed. Checks up front that
+/// the directory exists and the final path is not a directory (errors name `what`, e.g.
+/// "import-csv").
+class StagedFile {
+ public:
+  StagedFile(std::string final_path, const std::string& what);
+  ~StagedFile();
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+
+  /// Where to write (the temporary name).
+  const std::string& path() const noexcept { return temp_path_; }
+  /// fsync of the file, rename to the final path, fsync of the directory.
+  void commit();
+
+ private:
+  std::string final_path_, temp_path_, directory_, what_;
+  bool committed_ = false;
+};
+
 /// XXH3-64 of a file's bytes and its size; throws naming the file when it cannot be read.
 struct FileDigest {
   std::uint64_t bytes = 0;

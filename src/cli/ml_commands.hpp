@@ -1,0 +1,27 @@
+#pragma once
+// `hpctrain ml ...`: classical models fitted over all ranks (src/ml, docs/ml.md).
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "hpctrain/collectives/communicator.hpp"
+
+namespace hpctrain::cli {
+
+struct MlArgs {
+  CLI::App* kmeans = nullptr;
+  CLI::App* linreg = nullptr;
+  double l2 = 0.0;
+  std::string data, out, init = "kmeans++";
+  std::int64_t k = 0, max_iter = 300;
+  double tol = 1e-4;
+  std::uint64_t seed = 0;
+};
+
+/// Adds `ml` and its subcommands to `app`; returns the `ml` subcommand.
+CLI::App* add_ml_commands(CLI::App& app, MlArgs& args);
+/// Runs the parsed `ml` subcommand on every rank; returns the exit code.
+int run_ml(const MlArgs& args, coll::Communicator& comm);
+
+}  // namespace hpctrain::cli

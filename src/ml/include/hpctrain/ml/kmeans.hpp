@@ -1,0 +1,74 @@
+#pragma once
+/// @file
+/// k-means over all ranks, with results that have the same bits at any rank count.
+///
+/// Objective (scikit-learn's `inertia_`): the sum over all N samples of the squared Euclidean
+/// distance to the nearest centroid, not divided by N.
+///
+/// Lloyd's algorithm. Each iteration: every rank assigns its samples to the nearest centroid
+/// (ties to the lowest centroid index), and sums per cluster the samples (f64) and their
+/// squared distances by sum block (exact_block_sum.hpp: exact, P-independent) and the counts
+/// (int64, exact); the new centroid is the cluster's sum / count. A cluster left empty is
+/// re-seeded with the sample farthest from its centroid (ties to the lowest global index; the
+/// next empty cluster takes the next farthest). Stops when |inertia_prev - inertia| <=
+/// tol * inertia, or after max_iter iterations. The reported inertia is that of the returned
+/// centroids (one more assignment pass).
+/// Cost per iteration: N K d γ / P for the assignment, plus exact_sum_over_samples of K d + 1
+/// elements (α + 24 (K d + 1) β) and an int64 all-reduce of K counts.
+///
+/// Initialisation (`KMeansInit`), both rank-independent:
+/// - plusplus: k-means++ (Arthur & Vassilvitskii 2007); the first centre is the sample at a
+///   counter-based random index, each next one is drawn with probability proportional to the
+///   squared distance to the nearest chosen centre. The draw u * total is located in the
+///   per-block sums of squared distances, exchanged as one all-reduce of B doubles with one
+///   non-zero per slot (exact), then scanned in global-index order: the same sample at any P.
+/// - random: K distinct samples at counter-based random indices.
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/ml/dataset_slice.hpp"
+#include "hpctrain/ml/sample_partition.hpp"
+
+namespace hpctrain::ml {
+
+enum class KMeansInit { plusplus, random };
+
+struct KMeansOptions {
+  std::int64_t k = 8;
+  std::int64_t max_iter = 300;
+  double tol = 1e-4;  ///< relative change of the inertia between two iterations
+  std::uint64_t seed = 0;
+  KMeansInit init = KMeansInit::plusplus;
+  /// Called on every rank after each iteration with (iteration, inertia before the update).
+  std::function<void(std::int64_t, double)> on_iteration;
+};
+
+struct KMeansResult {
+  std::int64_t k = 0, features = 0;
+  std::vector<double> centroids;  ///< k x features, row-major
+  double inertia = 0.0;           ///< of `centroids` (see the file comment)
+  std::int64_t iterations = 0;    ///< Lloyd iterations run
+  bool converged = false;         ///< stopped by tol rather than max_iter
+  std::int64_t reseeded = 0;      ///< empty clusters re-seeded, over all iterations
+};
+
+/// Collective: fits k-means to the samples of all ranks (each rank passes its slice of the
+/// same partition). Throws hpctrain::Error for k <= 0, k > N, max_iter < 1 or tol < 0.
+KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                        const KMeansOptions& options);
+
+/// Collective: the initial centroids (k x features) of `options.init`.
+std::vector<double> initial_centroids(coll::Communicator& comm, const SamplePartition& part,
+                                      const DatasetSlice& data, const KMeansOptions& options);
+
+/// Collective: sample `index` (global) of the data, broadcast from the rank that owns it.
+std::vector<double> fetch_sample(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                                 std::int64_t index);
+
+/// Squared Euclidean distance of two d-vectors, summed in index order.
+double squared_distance(const double* a, const double* b, std::int64_t d) noexcept;
+
+}  // namespace hpctrain::ml

@@ -1,0 +1,37 @@
+#pragma once
+/// @file
+/// The HDF5 file a fitted model is written to (`hpctrain ml ... --out MODEL.h5`).
+///
+/// Layout: f64 datasets (e.g. /centroids K x d, /coefficients d), root attributes `model`
+/// (the estimator's name: "kmeans", "linreg"), `format` = "hpctrain-model",
+/// `format_version` = 1, and the estimator's scalars (inertia, iterations, intercept, ...).
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hpctrain::ml {
+
+/// One f64 dataset of a model file.
+struct ModelArray {
+  std::string name;            ///< absolute, e.g. "/centroids"
+  std::vector<hsize_t> dims;   ///< e.g. {K, d}
+  std::vector<double> values;  ///< row-major, product of dims
+};
+
+/// What a model file holds.
+struct ModelFileContents {
+  std::string model;
+  std::vector<ModelArray> arrays;
+  std::vector<std::pair<std::string, double>> real_attributes;
+  std::vector<std::pair<std::string, std::int64_t>> int_attributes;
+};
+
+/// Writes `contents` to `path` atomically (io::StagedFile: temporary name, fsync, rename).
+/// Serial HDF5: call it on one rank.
+void write_model_file(const std::string& path, const ModelFileContents& contents);
+
+}  // namespace hpctrain::ml

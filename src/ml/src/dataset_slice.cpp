@@ -1,0 +1,133 @@
+#include "hpctrain/ml/dataset_slice.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/io/dataset.hpp"
+#include "hpctrain/io/h5.hpp"
+
+namespace hpctrain::ml {
+
+namespace fs = std::filesystem;
+using io::H5Dataset;
+using io::H5Dataspace;
+using io::H5File;
+
+namespace {
+
+H5File open_dataset_file(const std::string& path) {
+  const std::string where = fmt::format("data set '{}'", path);
+  std::error_code ec;
+  HPCTRAIN_REQUIRE(fs::exists(path, ec), where + ": no such file");
+  HPCTRAIN_REQUIRE(!fs::is_directory(path, ec), where + ": is a directory, not a file");
+  io::h5_quiet_errors();
+  HPCTRAIN_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, where + ": not an HDF5 file (no HDF5 signature)");
+  H5File file(HPCTRAIN_CHECK_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), where + ": open"));
+  HPCTRAIN_REQUIRE(io::h5_exists(file.get(), io::DatasetFormat::samples),
+                   fmt::format("{} {}: dataset is missing (not an hpctrain data set?)", where,
+                               io::DatasetFormat::samples));
+  return file;
+}
+
+/// Rows [first, first + rows) of a dataset whose first dimension is N, as doubles.
+std::vector<double> read_rows(hid_t dset, std::int64_t first, std::int64_t rows, std::int64_t row_size,
+                              const std::string& where) {
+  H5Dataspace fspace(HPCTRAIN_CHECK_H5(H5Dget_space(dset), where));
+  std::vector<hsize_t> dims = io::h5_dims(fspace.get());
+  std::vector<hsize_t> start(dims.size(), 0), count = dims;
+  start[0] = static_cast<hsize_t>(first);
+  count[0] = static_cast<hsize_t>(rows);
+  std::vector<double> out(static_cast<std::size_t>(rows * row_size));
+  if (rows == 0) return out;
+  HPCTRAIN_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+                    where + ": select rows");
+  const hsize_t n = out.size();
+  H5Dataspace mspace(HPCTRAIN_CHECK_H5(H5Screate_simple(1, &n, nullptr), where));
+  HPCTRAIN_CHECK_H5(H5Dread(dset, H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), H5P_DEFAULT, out.data()),
+                    where + ": read");
+  return out;
+}
+
+}  // namespace
+
+std::string DatasetSlice::column_name(std::int64_t j) const {
+  if (static_cast<std::size_t>(j) < feature_names.size()) {
+    return fmt::format("column {} ('{}')", j, feature_names[static_cast<std::size_t>(j)]);
+  }
+  return fmt::format("column {}", j);
+}
+
+std::int64_t dataset_sample_count(const std::string& path) {
+  io::H5Lock lock;
+  H5File file = open_dataset_file(path);
+  const std::string where = fmt::format("data set '{}' {}", path, io::DatasetFormat::samples);
+  H5Dataset samples(HPCTRAIN_CHECK_H5(H5Dopen2(file.get(), io::DatasetFormat::samples, H5P_DEFAULT), where));
+  H5Dataspace space(HPCTRAIN_CHECK_H5(H5Dget_space(samples.get()), where));
+  const auto dims = io::h5_dims(space.get());
+  HPCTRAIN_REQUIRE(dims.size() >= 2, fmt::format("{}: has {} dimension(s); expected N x (sample dims)", where,
+                                                 dims.size()));
+  return static_cast<std::int64_t>(dims[0]);
+}
+
+DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, bool read_targets) {
+  io::H5Lock lock;
+  H5File file = open_dataset_file(path);
+  const std::string file_where = fmt::format("data set '{}'", path);
+  const std::string where = file_where + " " + io::DatasetFormat::samples;
+  H5Dataset samples(HPCTRAIN_CHECK_H5(H5Dopen2(file.get(), io::DatasetFormat::samples, H5P_DEFAULT), where));
+  H5Dataspace space(HPCTRAIN_CHECK_H5(H5Dget_space(samples.get()), where));
+  const auto dims = io::h5_dims(space.get());
+  HPCTRAIN_REQUIRE(dims.size() >= 2, fmt::format("{}: has {} dimension(s); expected N x (sample dims)", where,
+                                                 dims.size()));
+  DatasetSlice s;
+  s.path = path;
+  s.total_samples = static_cast<std::int64_t>(dims[0]);
+  HPCTRAIN_REQUIRE(s.total_samples == part.total_samples,
+                   fmt::format("{}: holds {} samples, the partition was made for {}", where, s.total_samples,
+                               part.total_samples));
+  s.features = 1;
+  for (std::size_t i = 1; i < dims.size(); ++i) s.features *= static_cast<std::int64_t>(dims[i]);
+  HPCTRAIN_REQUIRE(s.features > 0, where + ": a sample has 0 values");
+  s.first = part.first_sample;
+  s.rows = part.sample_count;
+  io::H5Type type(HPCTRAIN_CHECK_H5(H5Dget_type(samples.get()), where));
+  const bool is_uint8 = H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 1;
+  // Same default as io::DatasetReader: uint8 pixels mean v / 255 unless `scale` says otherwise.
+  const double scale = io::h5_has_attribute(samples.get(), "scale")
+                           ? io::h5_read_double_attribute(samples.get(), "scale", where)
+                           : (is_uint8 ? 1.0 / 255.0 : 1.0);
+  s.samples = read_rows(samples.get(), s.first, s.rows, s.features, where);
+  for (std::size_t i = 0; i < s.samples.size(); ++i) {
+    s.samples[i] *= scale;
+    if (!std::isfinite(s.samples[i])) {
+      const auto f = static_cast<std::int64_t>(s.features);
+      HPCTRAIN_FAIL(fmt::format("{}: sample {} {} is {} (the fitters need finite values)", where,
+                                s.first + static_cast<std::int64_t>(i) / f, s.column_name(static_cast<std::int64_t>(i) % f),
+                                s.samples[i]));
+    }
+  }
+  if (io::h5_has_attribute(file.get(), RegressionFormat::feature_names)) {
+    s.feature_names = io::h5_read_string_array_attribute(file.get(), RegressionFormat::feature_names, file_where);
+  }
+  if (read_targets) {
+    const std::string twhere = file_where + " " + RegressionFormat::targets;
+    HPCTRAIN_REQUIRE(io::h5_exists(file.get(), RegressionFormat::targets),
+                     twhere + ": dataset is missing (regression needs targets: hpctrain data import-csv --target)");
+    H5Dataset targets(HPCTRAIN_CHECK_H5(H5Dopen2(file.get(), RegressionFormat::targets, H5P_DEFAULT), twhere));
+    H5Dataspace tspace(HPCTRAIN_CHECK_H5(H5Dget_space(targets.get()), twhere));
+    const auto tdims = io::h5_dims(tspace.get());
+    HPCTRAIN_REQUIRE(tdims.size() == 1 && static_cast<std::int64_t>(tdims[0]) == s.total_samples,
+                     fmt::format("{}: must be one value per sample ({} samples)", twhere, s.total_samples));
+    s.targets = read_rows(targets.get(), s.first, s.rows, 1, twhere);
+    for (std::size_t i = 0; i < s.targets.size(); ++i) {
+      HPCTRAIN_REQUIRE(std::isfinite(s.targets[i]), fmt::format("{}: target of sample {} is {}", twhere,
+                                                                s.first + static_cast<std::int64_t>(i), s.targets[i]));
+    }
+  }
+  return s;
+}
+
+}  // namespace hpctrain::ml

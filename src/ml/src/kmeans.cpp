@@ -1,0 +1,131 @@
+// Lloyd's k-means with exact, P-independent per-cluster sums; see kmeans.hpp.
+#include "hpctrain/ml/kmeans.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/ml/exact_block_sum.hpp"
+
+namespace hpctrain::ml {
+
+namespace {
+
+/// One assignment pass: per cluster sums (k x d) and counts, the inertia, each local sample's
+/// squared distance to its centroid. Collective.
+struct Assignment {
+  std::vector<double> sums;
+  std::vector<std::int64_t> counts;
+  std::vector<double> d2;
+  double inertia = 0.0;
+};
+
+std::int64_t nearest(const double* x, const std::vector<double>& centroids, std::int64_t k, std::int64_t d,
+                     double& best) {
+  std::int64_t arg = 0;
+  best = std::numeric_limits<double>::infinity();
+  for (std::int64_t c = 0; c < k; ++c) {
+    const double dist = squared_distance(x, centroids.data() + c * d, d);
+    if (dist < best) {  // strict: ties go to the lowest index
+      best = dist;
+      arg = c;
+    }
+  }
+  return arg;
+}
+
+Assignment assign(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                  const std::vector<double>& centroids, std::int64_t k) {
+  const std::int64_t d = data.features;
+  Assignment a;
+  a.counts.assign(static_cast<std::size_t>(k), 0);
+  a.d2.assign(static_cast<std::size_t>(data.rows), 0.0);
+  std::vector<std::int64_t> label(static_cast<std::size_t>(data.rows));
+  for (std::int64_t i = 0; i < data.rows; ++i) {
+    double best = 0.0;
+    label[static_cast<std::size_t>(i)] = nearest(data.row(i), centroids, k, d, best);
+    a.d2[static_cast<std::size_t>(i)] = best;
+    ++a.counts[static_cast<std::size_t>(label[static_cast<std::size_t>(i)])];
+  }
+  const auto width = static_cast<std::size_t>(k * d + 1);  // sums, then the inertia
+  std::vector<double> total = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count,
+                                                                            double* term) {
+    for (std::int64_t i = first; i < first + count; ++i) {
+      double* sum = term + label[static_cast<std::size_t>(i)] * d;
+      const double* x = data.row(i);
+      for (std::int64_t j = 0; j < d; ++j) sum[j] += x[j];
+      term[width - 1] += a.d2[static_cast<std::size_t>(i)];
+    }
+  });
+  comm.allreduce(a.counts.data(), a.counts.size(), coll::ReduceOp::sum);
+  a.inertia = total.back();
+  total.pop_back();
+  a.sums = std::move(total);
+  return a;
+}
+
+/// Collective: the global index of the local-or-remote sample with the largest `d2` (ties to
+/// the lowest index), then its d2 is set to -1 so the next call finds the next one.
+std::int64_t take_farthest(coll::Communicator& comm, const DatasetSlice& data, std::vector<double>& d2) {
+  double best = -1.0;
+  std::int64_t arg = std::numeric_limits<std::int64_t>::max();
+  for (std::int64_t i = 0; i < data.rows; ++i) {
+    if (d2[static_cast<std::size_t>(i)] > best) {
+      best = d2[static_cast<std::size_t>(i)];
+      arg = data.first + i;
+    }
+  }
+  double global_best = best;
+  comm.allreduce(&global_best, 1, coll::ReduceOp::max);
+  std::int64_t index = best == global_best ? arg : std::numeric_limits<std::int64_t>::max();
+  comm.allreduce(&index, 1, coll::ReduceOp::min);
+  if (index >= data.first && index < data.first + data.rows) d2[static_cast<std::size_t>(index - data.first)] = -1.0;
+  return index;
+}
+
+}  // namespace
+
+KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                        const KMeansOptions& o) {
+  HPCTRAIN_REQUIRE(o.k >= 1, fmt::format("k-means: --k must be at least 1, got {}", o.k));
+  HPCTRAIN_REQUIRE(o.k <= part.total_samples,
+                   fmt::format("k-means: --k {} exceeds the number of samples ({}) in '{}'", o.k, part.total_samples,
+                               data.path));
+  HPCTRAIN_REQUIRE(o.max_iter >= 1, fmt::format("k-means: --max-iter must be at least 1, got {}", o.max_iter));
+  HPCTRAIN_REQUIRE(o.tol >= 0.0 && std::isfinite(o.tol), fmt::format("k-means: --tol must be >= 0, got {}", o.tol));
+  const std::int64_t k = o.k, d = data.features;
+  KMeansResult r;
+  r.k = k;
+  r.features = d;
+  r.centroids = initial_centroids(comm, part, data, o);
+  double previous = std::numeric_limits<double>::infinity();
+  for (std::int64_t it = 1; it <= o.max_iter; ++it) {
+    Assignment a = assign(comm, part, data, r.centroids, k);
+    for (std::int64_t c = 0; c < k; ++c) {
+      const auto n = a.counts[static_cast<std::size_t>(c)];
+      if (n == 0) continue;
+      for (std::int64_t j = 0; j < d; ++j) {
+        r.centroids[static_cast<std::size_t>(c * d + j)] = a.sums[static_cast<std::size_t>(c * d + j)] / static_cast<double>(n);
+      }
+    }
+    for (std::int64_t c = 0; c < k; ++c) {
+      if (a.counts[static_cast<std::size_t>(c)] != 0) continue;
+      const auto row = fetch_sample(comm, part, data, take_farthest(comm, data, a.d2));
+      std::copy(row.begin(), row.end(), r.centroids.begin() + c * d);
+      ++r.reseeded;
+    }
+    r.iterations = it;
+    if (o.on_iteration) o.on_iteration(it, a.inertia);
+    if (std::fabs(previous - a.inertia) <= o.tol * a.inertia) {
+      r.converged = true;
+      break;
+    }
+    previous = a.inertia;
+  }
+  r.inertia = assign(comm, part, data, r.centroids, k).inertia;
+  return r;
+}
+
+}  // namespace hpctrain::ml

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""`hpctrain ml kmeans` through mpirun on real HDF5 files (tests/ml/CMakeLists.txt).
+
+Known answer: 3 well-separated clusters in 3-d whose points are exact dyadic offsets around
+integer centres, so the centroids are exact and the inertia is known in closed form; 5000
+samples (5 sum blocks) so that np 2..4 split them. The /centroids bytes must be identical at
+np 1, 2, 3, 4 on a second, noisy data set (scale 0.1, so plain f64 sums would differ by P:
+checked by replacing the exact sum with a plain all-reduce, which fails this), whose result must
+be a fixed point of numpy's float64 Lloyd step. Bad input: K > N, K <= 0, NaN in the data: one clear error, non-zero exit.
+"""
+import os
+import h5py
+import numpy as np
+
+from ml_test_support import args, check, finish, run_ml as run, write_dataset
+
+# ---- exact clusters ---------------------------------------------------------------------
+centres = np.array([[10.0, 0.0, 0.0], [0.0, 10.0, 0.0], [0.0, 0.0, -10.0]])
+offsets = np.array([[0.5, 0, 0], [-0.5, 0, 0], [0, 0.25, 0], [0, -0.25, 0]])
+rng = np.random.default_rng(1)
+n = 5000
+assign = rng.integers(0, 3, n)
+which = np.arange(n) % 4
+x = centres[assign] + offsets[which]
+# balance the offsets per cluster so each cluster's mean is exactly its centre
+keep = np.zeros(n, bool)
+for c in range(3):
+    idx = np.flatnonzero(assign == c)
+    per = min(np.sum(which[idx] == o) for o in range(4))
+    for o in range(4):
+        keep[idx[which[idx] == o][:per]] = True
+x = x[keep]
+exact = os.path.join(args.workdir, "exact.h5")
+write_dataset(exact, x)
+expected_inertia = float(np.sum(np.min(((x[:, None, :] - centres[None]) ** 2).sum(-1), axis=1)))
+
+blobs = os.path.join(args.workdir, "blobs.h5")
+y = np.concatenate([rng.normal(m, 1.0, (1500, 4)) for m in (-3.0, 0.0, 3.0)])
+rng.shuffle(y)
+# scale 0.1: the samples (stored x 0.1) fill all 53 bits, so an f64 sum in another order or
+# split would round differently and the np 1..4 comparison can fail.
+write_dataset(blobs, y, scale=0.1)
+
+bytes_by_np = {}
+for np_ in (1, 2, 3, 4):
+    out = os.path.join(args.workdir, f"exact-np{np_}.h5")
+    p = run(np_, "kmeans", "--data", exact, "--k", "3", "--out", out)
+    check(p.returncode == 0, f"kmeans exact np{np_} exit {p.returncode}: {p.stderr.strip()}")
+    if p.returncode:
+        continue
+    with h5py.File(out) as f:
+        got = np.array(f["centroids"])
+        check(f.attrs["model"] == "kmeans", "model attribute")
+        check(f.attrs["iterations"] >= 1, "iterations attribute")
+        order = np.argsort([np.argmin(((centres - g) ** 2).sum(1)) for g in got])
+        check(np.array_equal(got[order], centres), f"np{np_}: centroids {got.tolist()} != {centres.tolist()}")
+        check(f.attrs["inertia"] == expected_inertia, f"np{np_}: inertia {f.attrs['inertia']} != {expected_inertia}")
+    out = os.path.join(args.workdir, f"blobs-np{np_}.h5")
+    for init in ("kmeans++", "random"):
+        p = run(np_, "kmeans", "--data", blobs, "--k", "3", "--init", init, "--seed", "7", "--tol", "0", "--out", out)
+        check(p.returncode == 0, f"kmeans blobs np{np_} {init}: {p.stderr.strip()}")
+        if p.returncode == 0:
+            with h5py.File(out) as f:
+                bytes_by_np.setdefault(init, {})[np_] = (np.array(f["centroids"]).tobytes(), float(f.attrs["inertia"]))
+for init, by in bytes_by_np.items():
+    check(len(set(v[0] for v in by.values())) == 1 and len(by) == 4, f"{init}: /centroids bytes differ over np 1..4")
+    check(len(set(v[1] for v in by.values())) == 1, f"{init}: inertia differs over np 1..4")
+
+# float64 reference: numpy's Lloyd from the same result's centres is a fixed point
+if "kmeans++" in bytes_by_np and 1 in bytes_by_np["kmeans++"]:
+    c = np.frombuffer(bytes_by_np["kmeans++"][1][0]).reshape(3, 4)
+    yy = (y / 0.1).astype(np.float32).astype(np.float64) * 0.1
+    lab = np.argmin(((yy[:, None] - c[None]) ** 2).sum(-1), axis=1)
+    ref = np.array([yy[lab == j].mean(0) for j in range(3)])
+    check(np.allclose(ref, c, rtol=1e-12, atol=1e-12), f"not a Lloyd fixed point: {ref} vs {c}")
+    inertia = float(np.sum((yy - c[lab]) ** 2))
+    check(abs(inertia - bytes_by_np["kmeans++"][1][1]) <= 1e-9 * inertia, "inertia vs numpy")
+
+# ---- bad input --------------------------------------------------------------------------
+bad = os.path.join(args.workdir, "nan.h5")
+z = x.copy()
+z[1234, 2] = np.nan
+write_dataset(bad, z)
+for np_, cmd, needle in [
+    (2, ["--data", exact, "--k", str(len(x) + 1)], "exceeds the number of samples"),
+    (2, ["--data", exact, "--k", "0"], "at least 1"),
+    (2, ["--data", bad, "--k", "3"], "sample 1234 column 2 is nan"),
+]:
+    p = run(np_, "kmeans", *cmd, "--out", os.path.join(args.workdir, "bad.h5"))
+    check(p.returncode != 0, f"{cmd}: exit 0")
+    check(needle in p.stderr, f"{cmd}: stderr lacks {needle!r}: {p.stderr.strip()[:400]}")
+check(not os.path.exists(os.path.join(args.workdir, "bad.h5")), "a failed fit left a model file")
+
+finish()
