@@ -250,6 +250,9 @@ class RecipeTest(unittest.TestCase):
         self.assertTrue(has("hdf5@1.10:+mpi"))
         self.assertTrue(has("kokkos@3.4:4"))
         self.assertTrue(has("kokkos-kernels@3.4:4 +blas"))
+        # kokkos and kokkos-kernels are tied to the same release, every release in the range
+        for release in ("3.4", "3.7", "4.0", "4.3", "4.7"):
+            self.assertTrue(has(f"kokkos-kernels@{release}", cond=f"^kokkos@{release}"), release)
         self.assertTrue(has("ucx@1.12:", cond="+ucx"))
         self.assertTrue(has("onednn@2.6:", cond="+onednn"))
         self.assertTrue(has("benchmark", cond="+benchmarks"))

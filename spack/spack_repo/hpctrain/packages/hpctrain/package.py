@@ -11,6 +11,23 @@ from spack_repo.builtin.build_systems.cuda import CudaPackage
 
 from spack.package import *
 
+# Kokkos major.minor releases in the supported range (3.4 .. 4.x), each paired with the Kokkos
+# Kernels release of the same number.
+KOKKOS_RELEASES = (
+    "3.4",
+    "3.5",
+    "3.6",
+    "3.7",
+    "4.0",
+    "4.1",
+    "4.2",
+    "4.3",
+    "4.4",
+    "4.5",
+    "4.6",
+    "4.7",
+)
+
 
 class Hpctrain(CMakePackage, CudaPackage):
     """MPI-based toolkit for training models on supercomputers.
@@ -83,6 +100,11 @@ class Hpctrain(CMakePackage, CudaPackage):
     # Kokkos Kernels provides KokkosBlas::gemm, which must reach a real BLAS (cuBLAS on GPUs).
     depends_on("kokkos@3.4:4")
     depends_on("kokkos-kernels@3.4:4 +blas")
+    # Kokkos Kernels is built against one Kokkos release and only supports that one: tie the
+    # two to the same major.minor (a real 0.23 concretization paired an external
+    # kokkos-kernels 3.4 with a source-built kokkos 4.3).
+    for _kokkos_release in KOKKOS_RELEASES:
+        depends_on(f"kokkos-kernels@{_kokkos_release}", when=f"^kokkos@{_kokkos_release}")
     depends_on("kokkos+openmp", when="+openmp")
     conflicts("^kokkos+rocm", msg="hpctrain has no HIP support yet (see the package comments)")
 
