@@ -10,6 +10,7 @@ packages=(
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils
   libhdf5-openmpi-dev hdf5-tools
   # Kokkos 3.4 (Serial) + Kokkos Kernels, BLAS
+  # (libopenblas-dev also provides LAPACK: liblapack.so for hpctrain ml linreg's Cholesky)
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   # oneDNN: the convolutions' CPU fast path (its CMake config also needs OpenCL's headers)
   libdnnl-dev ocl-icd-opencl-dev

@@ -291,6 +291,53 @@ std::string unknown_subcommand(const CLI::App& app, const std::vector<std::strin
   return "";
 }
 
+/// `hpctrain data import-idx` (the `data` group itself is the caller's).
+CLI::App* add_import_idx_command(CLI::App& data, ImportArgs& import_args) {
+  CLI::App* import = data.add_subcommand("import-idx", "Convert IDX files (gzip or plain) into an hpctrain HDF5 data set");
+  import->add_option("--images", import_args.images, "IDX image file (unsigned byte, N x H x W or N x F)")->required();
+  import->add_option("--labels", import_args.labels, "IDX label file (unsigned byte, N)")->required();
+  import->add_option("--out", import_args.out, "Output HDF5 file (written under a temporary name, then renamed)")
+      ->required();
+  import->add_option("--limit", import_args.limit, "Import only the first N samples (0: all)")->capture_default_str();
+  import->add_option("--classes", import_args.classes, "Number of classes (0: largest label + 1)")->capture_default_str();
+  import->add_flag("--float32", import_args.float32, "Store samples as float32 in [0,1] instead of uint8");
+  import->add_option("--compression", import_args.compression, "gzip level 0-9 (0: none, fastest to read)")
+      ->capture_default_str();
+  import->add_flag("--fashion-mnist", import_args.fashion_names, "Store Fashion-MNIST's class names");
+  return import;
+}
+
+/// `hpctrain ckpt inspect DIR` and `hpctrain ckpt export DIR OUT`.
+struct CkptCommands {
+  std::string dir, export_out;
+  CLI::App* inspect = nullptr;
+  CLI::App* exporter = nullptr;
+};
+
+void add_ckpt_commands(CLI::App& app, CkptCommands& c) {
+  CLI::App* ckpt = app.add_subcommand("ckpt", "Checkpoint tools");
+  ckpt->require_subcommand(1);
+  c.inspect = ckpt->add_subcommand("inspect", "Print a checkpoint's manifest and verify every shard's size and checksum "
+                                              "(a step directory, or a checkpoint directory: its newest valid step)");
+  c.inspect->add_option("DIR", c.dir, "step-<N> directory or --checkpoint-dir")->required();
+  c.exporter = ckpt->add_subcommand("export", "Write the model parameters of a checkpoint into one HDF5 file");
+  c.exporter->add_option("DIR", c.dir, "step-<N> directory")->required();
+  c.exporter->add_option("OUT", c.export_out, "output .h5 file")->required();
+}
+
+/// --config FILE: its values go right after `train`, before the command line's own arguments
+/// (which therefore override them).
+void insert_config_arguments(std::vector<std::string>& args) {
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--config") {
+      auto extra = config_arguments(args[i + 1]);
+      const auto at = std::find(args.begin(), args.end(), "train");
+      if (at != args.end()) args.insert(at + 1, extra.begin(), extra.end());
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -314,27 +361,10 @@ int main(int argc, char** argv) {
   ImportArgs import_args;
   CLI::App* data = app.add_subcommand("data", "Data set tools");
   data->require_subcommand(1);
-  CLI::App* import = data->add_subcommand("import-idx", "Convert IDX files (gzip or plain) into an hpctrain HDF5 data set");
-  import->add_option("--images", import_args.images, "IDX image file (unsigned byte, N x H x W or N x F)")->required();
-  import->add_option("--labels", import_args.labels, "IDX label file (unsigned byte, N)")->required();
-  import->add_option("--out", import_args.out, "Output HDF5 file (written under a temporary name, then renamed)")
-      ->required();
-  import->add_option("--limit", import_args.limit, "Import only the first N samples (0: all)")->capture_default_str();
-  import->add_option("--classes", import_args.classes, "Number of classes (0: largest label + 1)")->capture_default_str();
-  import->add_flag("--float32", import_args.float32, "Store samples as float32 in [0,1] instead of uint8");
-  import->add_option("--compression", import_args.compression, "gzip level 0-9 (0: none, fastest to read)")
-      ->capture_default_str();
-  import->add_flag("--fashion-mnist", import_args.fashion_names, "Store Fashion-MNIST's class names");
+  CLI::App* import = add_import_idx_command(*data, import_args);
 
-  std::string ckpt_dir, export_out;
-  CLI::App* ckpt = app.add_subcommand("ckpt", "Checkpoint tools");
-  ckpt->require_subcommand(1);
-  CLI::App* inspect = ckpt->add_subcommand("inspect", "Print a checkpoint's manifest and verify every shard's size and checksum "
-                                                      "(a step directory, or a checkpoint directory: its newest valid step)");
-  inspect->add_option("DIR", ckpt_dir, "step-<N> directory or --checkpoint-dir")->required();
-  CLI::App* exporter = ckpt->add_subcommand("export", "Write the model parameters of a checkpoint into one HDF5 file");
-  exporter->add_option("DIR", ckpt_dir, "step-<N> directory")->required();
-  exporter->add_option("OUT", export_out, "output .h5 file")->required();
+  CkptCommands ckpt;
+  add_ckpt_commands(app, ckpt);
 
   hpctrain::cli::TuneArgs tune_args;
   CLI::App* tune = app.add_subcommand(
@@ -349,17 +379,9 @@ int main(int argc, char** argv) {
   hpctrain::cli::MlArgs ml_args;
   CLI::App* ml = hpctrain::cli::add_ml_commands(app, ml_args);
 
-  // --config FILE: its values go before the command line's arguments.
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
-      if (args[i] == "--config") {
-        auto extra = config_arguments(args[i + 1]);
-        const auto at = std::find(args.begin(), args.end(), "train");
-        if (at != args.end()) args.insert(at + 1, extra.begin(), extra.end());
-        break;
-      }
-    }
+    insert_config_arguments(args);
   } catch (const std::exception& e) {
     if (rank == 0) std::fprintf(stderr, "hpctrain: error: %s\n", e.what());
     return kExitUsage;
@@ -389,13 +411,13 @@ int main(int argc, char** argv) {
     Communicator& comm = world.emplace(hpctrain::coll::make_default_transport(MPI_COMM_WORLD));  // HPCTRAIN_TRANSPORT
     if (*train) return run_train(train_args, comm);
     if (*import) return run_import(import_args, comm);
-    if (*inspect) return run_ckpt_inspect(ckpt_dir, comm);
+    if (*ckpt.inspect) return run_ckpt_inspect(ckpt.dir, comm);
     if (*import_csv) return hpctrain::cli::run_import_csv(csv_args, comm);
     if (*ml) return hpctrain::cli::run_ml(ml_args, comm);
-    if (*exporter) {
+    if (*ckpt.exporter) {
       if (comm.rank() == 0) {
-        const auto n = hpctrain::io::export_checkpoint(ckpt_dir, export_out);
-        std::printf("hpctrain: wrote %zu tensors to %s\n", n, export_out.c_str());
+        const auto n = hpctrain::io::export_checkpoint(ckpt.dir, ckpt.export_out);
+        std::printf("hpctrain: wrote %zu tensors to %s\n", n, ckpt.export_out.c_str());
       }
       comm.barrier();
       return 0;
