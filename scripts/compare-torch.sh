@@ -94,19 +94,10 @@ mpirun_flags() {  # threads
 }
 
 # The Fashion-MNIST HDF5 files `hpctrain train` uses (imported once from Debian's IDX files).
-data_dir=${HPCTRAIN_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hpctrain}
-train=$data_dir/fashion-mnist-train.h5
-test=$data_dir/fashion-mnist-test.h5
-for split in train test; do
-  f=$data_dir/fashion-mnist-$split.h5
-  if [[ ! -f $f ]]; then
-    mkdir -p "$data_dir"
-    idx=/usr/share/datasets/fashion-mnist
-    [[ $split == train ]] && p=train || p=t10k
-    "$hpctrain" data import-idx --fashion-mnist --images "$idx/$p-images-idx3-ubyte.gz" \
-      --labels "$idx/$p-labels-idx1-ubyte.gz" --out "$f"
-  fi
-done
+source "$root/scripts/lib/fashion-mnist.sh"
+ensure_fashion_mnist "$hpctrain"
+train=$fashion_train
+test=$fashion_test
 
 {
   echo "date: $(date -Is)"

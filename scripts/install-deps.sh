@@ -12,6 +12,8 @@ packages=(
   # Kokkos 3.4 (Serial) + Kokkos Kernels, BLAS
   # (libopenblas-dev also provides LAPACK: liblapack.so for hpctrain ml linreg's Cholesky)
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  # L-BFGS for hpctrain ml logreg (libLBFGS; Spack liblbfgs)
+  liblbfgs-dev
   # oneDNN: the convolutions' CPU fast path (its CMake config also needs OpenCL's headers)
   libdnnl-dev ocl-icd-opencl-dev
   # small libraries used by the code
@@ -20,6 +22,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files
   dataset-fashion-mnist python3-h5py python3-numpy
+  # scikit-learn: the independent reference of the ml logreg test
+  python3-sklearn
   # scaling-study plots
   python3-matplotlib
   # the PyTorch peer (benchmarks/peers/torch_ddp.py): scripts/compare-torch.sh pip-installs

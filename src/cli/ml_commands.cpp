@@ -1,21 +1,68 @@
 #include "ml_commands.hpp"
 
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/ml/dataset_slice.hpp"
 #include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/linear_regression.hpp"
+#include "hpctrain/ml/logistic_regression.hpp"
 #include "hpctrain/ml/model_file.hpp"
+#include "hpctrain/ml/prediction.hpp"
 
 namespace hpctrain::cli {
 
 namespace {
 
+ml::SliceColumns regression_columns() {
+  ml::SliceColumns c;
+  c.targets = true;
+  return c;
+}
+
+ml::SliceColumns classification_columns() {
+  ml::SliceColumns c;
+  c.labels = true;
+  return c;
+}
+
+/// `--metrics` JSONL on rank 0: records of "type" "iteration", then one "summary".
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, bool writer) {
+    if (path.empty() || !writer) return;
+    out_.open(path, std::ios::trunc);
+    HPCTRAIN_REQUIRE(out_.good(), "--metrics '" + path + "': cannot open for writing");
+  }
+  void write(nlohmann::json record) {
+    if (!out_.is_open()) return;
+    out_ << record.dump() << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+/// Seconds since `start` (the fits' `fit_seconds`: after the data is read, before the model is written).
+double squared_norm(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x * x;
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
   const std::int64_t n = ml::dataset_sample_count(a.data);
   const auto part = ml::partition_samples(n, comm.rank(), comm.size());
-  const auto data = ml::read_dataset_slice(a.data, part, false);
+  const auto data = ml::read_dataset_slice(a.data, part, {});
   ml::KMeansOptions o;
   o.k = a.k;
   o.max_iter = a.max_iter;
@@ -23,11 +70,17 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
   o.seed = a.seed;
   o.init = a.init == "random" ? ml::KMeansInit::random : ml::KMeansInit::plusplus;
   const bool speak = comm.rank() == 0;
+  MetricsFile metrics(a.metrics, speak);
   o.on_iteration = [&](std::int64_t it, double inertia) {
+    metrics.write({{"type", "iteration"}, {"iteration", it}, {"inertia", inertia}});
     if (speak && it % 10 == 0) std::printf("kmeans: iteration %lld inertia %.17g\n", static_cast<long long>(it), inertia);
   };
+  const auto start = std::chrono::steady_clock::now();
   const auto r = ml::fit_kmeans(comm, part, data, o);
+  const double fit_s = seconds_since(start);
   if (speak) {
+    metrics.write({{"type", "summary"}, {"inertia", r.inertia}, {"iterations", r.iterations},
+                   {"converged", r.converged}, {"fit_seconds", fit_s}});
     ml::ModelFileContents m;
     m.model = "kmeans";
     m.arrays.push_back({"/centroids", {static_cast<hsize_t>(r.k), static_cast<hsize_t>(r.features)}, r.centroids});
@@ -48,12 +101,18 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
 int run_linreg(const MlArgs& a, coll::Communicator& comm) {
   const std::int64_t n = ml::dataset_sample_count(a.data);
   const auto part = ml::partition_samples(n, comm.rank(), comm.size());
-  const auto data = ml::read_dataset_slice(a.data, part, true);
+  const auto data = ml::read_dataset_slice(a.data, part, regression_columns());
+  MetricsFile metrics(a.metrics, comm.rank() == 0);
+  const auto start = std::chrono::steady_clock::now();
   const auto r = ml::fit_linear_regression(comm, part, data, ml::LinearRegressionOptions{a.l2});
+  const double fit_s = seconds_since(start);
   if (comm.rank() == 0) {
+    metrics.write({{"type", "summary"}, {"objective", 0.5 * r.mse + 0.5 * a.l2 * squared_norm(r.coefficients)},
+                   {"mse", r.mse}, {"fit_seconds", fit_s}});
     ml::ModelFileContents m;
     m.model = "linreg";
     m.arrays.push_back({"/coefficients", {static_cast<hsize_t>(r.coefficients.size())}, r.coefficients});
+    m.arrays.push_back({"/intercept", {1}, {r.intercept}});
     m.real_attributes = {{"intercept", r.intercept}, {"l2", a.l2}, {"mse", r.mse}};
     m.int_attributes = {{"samples", n}};
     ml::write_model_file(a.out, m);
@@ -63,6 +122,80 @@ int run_linreg(const MlArgs& a, coll::Communicator& comm) {
     std::fflush(stdout);
   }
   comm.barrier();
+  return 0;
+}
+
+int run_logreg(const MlArgs& a, coll::Communicator& comm) {
+  const std::int64_t n = ml::dataset_sample_count(a.data);
+  const auto part = ml::partition_samples(n, comm.rank(), comm.size());
+  const auto data = ml::read_dataset_slice(a.data, part, classification_columns());
+  const bool speak = comm.rank() == 0;
+  MetricsFile metrics(a.metrics, speak);
+  ml::LogisticRegressionOptions o;
+  o.classes = data.classes;
+  o.l2 = a.logreg_l2;
+  o.max_iter = a.max_iter;
+  o.tol = a.logreg_tol;
+  o.on_iteration = [&](std::int64_t it, double objective, double gnorm) {
+    metrics.write({{"type", "iteration"}, {"iteration", it}, {"objective", objective}, {"gradient_norm", gnorm}});
+    if (speak && it % 10 == 0) {
+      std::printf("logreg: iteration %lld objective %.17g |g| %.3g\n", static_cast<long long>(it), objective, gnorm);
+      std::fflush(stdout);
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = ml::fit_logistic_regression(comm, part, data, o);
+  const double fit_s = seconds_since(start);
+  const double train_accuracy = ml::logistic_accuracy(comm, r, data);
+  double test_accuracy = -1.0;
+  if (!a.eval_data.empty()) {
+    const auto tpart = ml::partition_samples(ml::dataset_sample_count(a.eval_data), comm.rank(), comm.size());
+    const auto test = ml::read_dataset_slice(a.eval_data, tpart, classification_columns());
+    HPCTRAIN_REQUIRE(test.features == data.features && test.classes == data.classes,
+                     "--eval-data '" + a.eval_data + "': its samples or classes differ from --data's");
+    test_accuracy = ml::logistic_accuracy(comm, r, test);
+  }
+  if (speak) {
+    ml::ModelFileContents m;
+    m.model = "logreg";
+    m.arrays.push_back({"/coefficients", {static_cast<hsize_t>(r.classes), static_cast<hsize_t>(r.features)},
+                        r.coefficients});
+    m.arrays.push_back({"/intercept", {static_cast<hsize_t>(r.classes)}, r.intercept});
+    m.real_attributes = {{"objective", r.objective}, {"l2", a.logreg_l2}, {"tol", a.logreg_tol},
+                         {"train_accuracy", train_accuracy}};
+    if (test_accuracy >= 0) m.real_attributes.emplace_back("test_accuracy", test_accuracy);
+    m.int_attributes = {{"iterations", r.iterations}, {"evaluations", r.evaluations}, {"classes", r.classes},
+                        {"samples", n}, {"converged", r.converged ? 1 : 0}};
+    ml::write_model_file(a.out, m);
+    nlohmann::json summary{{"type", "summary"}, {"objective", r.objective}, {"iterations", r.iterations},
+                           {"evaluations", r.evaluations}, {"converged", r.converged}, {"status", r.status},
+                           {"train_accuracy", train_accuracy}, {"fit_seconds", fit_s}};
+    if (test_accuracy >= 0) summary["test_accuracy"] = test_accuracy;
+    metrics.write(summary);
+    std::printf("logreg: %s after %lld iterations (%lld evaluations, %.2f s), objective %.17g\n", r.status.c_str(),
+                static_cast<long long>(r.iterations), static_cast<long long>(r.evaluations), fit_s, r.objective);
+    std::printf("logreg: train accuracy %.2f%%", 100.0 * train_accuracy);
+    if (test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100.0 * test_accuracy);
+    std::printf("\nhpctrain: wrote %s: %lld classes x %lld features\n", a.out.c_str(),
+                static_cast<long long>(r.classes), static_cast<long long>(r.features));
+    std::fflush(stdout);
+  }
+  comm.barrier();
+  return 0;
+}
+
+int run_predict(const MlArgs& a, coll::Communicator& comm) {
+  const ml::ModelFileContents model = ml::read_model_file(a.model);
+  const std::int64_t n = ml::dataset_sample_count(a.data);
+  const auto part = ml::partition_samples(n, comm.rank(), comm.size());
+  const auto data = ml::read_dataset_slice(a.data, part, {});
+  const ml::Predictions p = ml::predict_slice(model, a.model, data);
+  ml::write_predictions(comm, p, a.out, {a.model, a.data});
+  if (comm.rank() == 0) {
+    std::printf("hpctrain: wrote %s: %lld %s predictions%s\n", a.out.c_str(), static_cast<long long>(n),
+                model.model.c_str(), p.classes > 0 ? " and class probabilities" : "");
+    std::fflush(stdout);
+  }
   return 0;
 }
 
@@ -80,18 +213,42 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
   a.kmeans->add_option("--init", a.init, "Initialisation")
       ->check(CLI::IsMember({"kmeans++", "random"}))
       ->capture_default_str();
+  a.kmeans->add_option("--metrics", a.metrics, "JSONL: a record per iteration and a summary (rank 0)");
   a.kmeans->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
   a.linreg = ml->add_subcommand("linreg", "Least squares with intercept, (1/2n)||y - Xw - b||^2 + (l2/2)||w||^2; "
                                           "writes /coefficients (d, f64) and the intercept");
   a.linreg->add_option("--data", a.data, "hpctrain HDF5 data set with /targets (float64, N)")->required();
   a.linreg->add_option("--l2", a.l2, "Ridge penalty lambda (the intercept is not penalised)")->capture_default_str();
+  a.linreg->add_option("--metrics", a.metrics, "JSONL: a summary record (objective, mse, fit_seconds; rank 0)");
   a.linreg->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
+  a.logreg = ml->add_subcommand("logreg", "Multinomial logistic regression by L-BFGS: mean cross-entropy + "
+                                          "(l2/2)||W||^2 (intercept unpenalised); writes /coefficients "
+                                          "(classes x d) and /intercept (classes)");
+  a.logreg->add_option("--data", a.data, "hpctrain HDF5 data set with /labels (classes from its `classes`)")
+      ->required();
+  a.logreg->add_option("--eval-data", a.eval_data, "Test split: its accuracy is printed and recorded");
+  a.logreg->add_option("--l2", a.logreg_l2, "Penalty lambda on W (scikit-learn's C = 1/(n lambda))")
+      ->capture_default_str();
+  a.logreg->add_option("--max-iter", a.max_iter, "Most L-BFGS iterations")->capture_default_str();
+  a.logreg->add_option("--tol", a.logreg_tol, "Stop when ||gradient|| < tol * max(1, ||(W, b)||)")
+      ->capture_default_str();
+  a.logreg->add_option("--metrics", a.metrics, "JSONL: a record per iteration and a summary (rank 0)");
+  a.logreg->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
+  a.predict = ml->add_subcommand("predict", "Applies a model file of kmeans, linreg or logreg to a data set; writes "
+                                            "/predictions (int32 class, or f64 for linreg) and, for logreg, "
+                                            "/probabilities (N x classes, float32)");
+  a.predict->add_option("--model", a.model, "Model file written by hpctrain ml kmeans|linreg|logreg")->required();
+  a.predict->add_option("--data", a.data, "hpctrain HDF5 data set (labels and targets are not needed)")->required();
+  a.predict->add_option("--out", a.out, "Predictions file (HDF5, written under a temporary name, then renamed)")
+      ->required();
   return ml;
 }
 
 int run_ml(const MlArgs& a, coll::Communicator& comm) {
   if (a.kmeans && *a.kmeans) return run_kmeans(a, comm);
   if (a.linreg && *a.linreg) return run_linreg(a, comm);
+  if (a.logreg && *a.logreg) return run_logreg(a, comm);
+  if (a.predict && *a.predict) return run_predict(a, comm);
   HPCTRAIN_FAIL("ml: no subcommand");
 }
 

@@ -12,8 +12,14 @@ namespace hpctrain::cli {
 struct MlArgs {
   CLI::App* kmeans = nullptr;
   CLI::App* linreg = nullptr;
+  CLI::App* logreg = nullptr;
+  CLI::App* predict = nullptr;
   double l2 = 0.0;
+  double logreg_l2 = 1e-4, logreg_tol = 1e-6;
   std::string data, out, init = "kmeans++";
+  std::string model;      ///< predict: the model file
+  std::string eval_data;  ///< logreg: test split for the test accuracy
+  std::string metrics;    ///< JSONL: a record per iteration and a summary (rank 0)
   std::int64_t k = 0, max_iter = 300;
   double tol = 1e-4;
   std::uint64_t seed = 0;

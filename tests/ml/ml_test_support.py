@@ -20,15 +20,18 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def write_dataset(path, x, targets=None, names=None, labels=True, scale=1.0):
+def write_dataset(path, x, targets=None, names=None, labels=True, scale=1.0, classes=None):
     """/samples = x / scale as float32 with attribute `scale`, optional /targets float64 and
-    dummy /labels."""
+    /labels: dummy zeros when `labels` is True, else the given array (with `classes`)."""
     with h5py.File(path, "w") as f:
         s = f.create_dataset("samples", data=(x / scale).astype(np.float32))
         s.attrs["scale"] = scale
-        if labels:
+        if labels is True:
             f.create_dataset("labels", data=np.zeros(len(x), np.int32))
             f.attrs["classes"] = 1
+        elif labels is not False and labels is not None:
+            f.create_dataset("labels", data=np.asarray(labels, np.int32))
+            f.attrs["classes"] = int(classes if classes is not None else np.max(labels) + 1)
         if targets is not None:
             f.create_dataset("targets", data=targets.astype(np.float64))
         f.attrs["format"] = "hpctrain-dataset"

@@ -51,6 +51,49 @@ std::vector<double> read_rows(hid_t dset, std::int64_t first, std::int64_t rows,
   return out;
 }
 
+/// /targets of the slice's rows into s.targets.
+void read_targets(hid_t file, const std::string& file_where, DatasetSlice& s) {
+  const std::string twhere = file_where + " " + RegressionFormat::targets;
+  HPCTRAIN_REQUIRE(io::h5_exists(file, RegressionFormat::targets),
+                   twhere + ": dataset is missing (regression needs targets: hpctrain data import-csv --target)");
+  H5Dataset targets(HPCTRAIN_CHECK_H5(H5Dopen2(file, RegressionFormat::targets, H5P_DEFAULT), twhere));
+  H5Dataspace tspace(HPCTRAIN_CHECK_H5(H5Dget_space(targets.get()), twhere));
+  const auto tdims = io::h5_dims(tspace.get());
+  HPCTRAIN_REQUIRE(tdims.size() == 1 && static_cast<std::int64_t>(tdims[0]) == s.total_samples,
+                   fmt::format("{}: must be one value per sample ({} samples)", twhere, s.total_samples));
+  s.targets = read_rows(targets.get(), s.first, s.rows, 1, twhere);
+  for (std::size_t i = 0; i < s.targets.size(); ++i) {
+    HPCTRAIN_REQUIRE(std::isfinite(s.targets[i]), fmt::format("{}: target of sample {} is {}", twhere,
+                                                              s.first + static_cast<std::int64_t>(i), s.targets[i]));
+  }
+}
+
+/// /labels of the slice's rows and the `classes` attribute into s.labels and s.classes.
+void read_labels(hid_t file, const std::string& file_where, DatasetSlice& s) {
+  const std::string lwhere = file_where + " " + io::DatasetFormat::labels;
+  HPCTRAIN_REQUIRE(io::h5_exists(file, io::DatasetFormat::labels),
+                   lwhere + ": dataset is missing (classification needs labels)");
+  HPCTRAIN_REQUIRE(io::h5_has_attribute(file, "classes"),
+                   file_where + ": the root attribute `classes` is missing");
+  s.classes = io::h5_read_int_attribute(file, "classes", file_where);
+  HPCTRAIN_REQUIRE(s.classes >= 2, fmt::format("{}: `classes` is {}; classification needs at least 2", file_where,
+                                               s.classes));
+  H5Dataset labels(HPCTRAIN_CHECK_H5(H5Dopen2(file, io::DatasetFormat::labels, H5P_DEFAULT), lwhere));
+  H5Dataspace lspace(HPCTRAIN_CHECK_H5(H5Dget_space(labels.get()), lwhere));
+  const auto ldims = io::h5_dims(lspace.get());
+  HPCTRAIN_REQUIRE(ldims.size() == 1 && static_cast<std::int64_t>(ldims[0]) == s.total_samples,
+                   fmt::format("{}: must be one label per sample ({} samples)", lwhere, s.total_samples));
+  const std::vector<double> values = read_rows(labels.get(), s.first, s.rows, 1, lwhere);
+  s.labels.resize(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double v = values[i];
+    HPCTRAIN_REQUIRE(v >= 0 && v < static_cast<double>(s.classes) && v == std::floor(v),
+                     fmt::format("{}: label of sample {} is {}, outside [0, {})", lwhere,
+                                 s.first + static_cast<std::int64_t>(i), v, s.classes));
+    s.labels[i] = static_cast<std::int32_t>(v);
+  }
+}
+
 }  // namespace
 
 std::string DatasetSlice::column_name(std::int64_t j) const {
@@ -72,7 +115,7 @@ std::int64_t dataset_sample_count(const std::string& path) {
   return static_cast<std::int64_t>(dims[0]);
 }
 
-DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, bool read_targets) {
+DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, SliceColumns columns) {
   io::H5Lock lock;
   H5File file = open_dataset_file(path);
   const std::string file_where = fmt::format("data set '{}'", path);
@@ -112,21 +155,8 @@ DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& 
   if (io::h5_has_attribute(file.get(), RegressionFormat::feature_names)) {
     s.feature_names = io::h5_read_string_array_attribute(file.get(), RegressionFormat::feature_names, file_where);
   }
-  if (read_targets) {
-    const std::string twhere = file_where + " " + RegressionFormat::targets;
-    HPCTRAIN_REQUIRE(io::h5_exists(file.get(), RegressionFormat::targets),
-                     twhere + ": dataset is missing (regression needs targets: hpctrain data import-csv --target)");
-    H5Dataset targets(HPCTRAIN_CHECK_H5(H5Dopen2(file.get(), RegressionFormat::targets, H5P_DEFAULT), twhere));
-    H5Dataspace tspace(HPCTRAIN_CHECK_H5(H5Dget_space(targets.get()), twhere));
-    const auto tdims = io::h5_dims(tspace.get());
-    HPCTRAIN_REQUIRE(tdims.size() == 1 && static_cast<std::int64_t>(tdims[0]) == s.total_samples,
-                     fmt::format("{}: must be one value per sample ({} samples)", twhere, s.total_samples));
-    s.targets = read_rows(targets.get(), s.first, s.rows, 1, twhere);
-    for (std::size_t i = 0; i < s.targets.size(); ++i) {
-      HPCTRAIN_REQUIRE(std::isfinite(s.targets[i]), fmt::format("{}: target of sample {} is {}", twhere,
-                                                                s.first + static_cast<std::int64_t>(i), s.targets[i]));
-    }
-  }
+  if (columns.targets) read_targets(file.get(), file_where, s);
+  if (columns.labels) read_labels(file.get(), file_where, s);
   return s;
 }
 

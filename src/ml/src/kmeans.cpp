@@ -22,20 +22,6 @@ struct Assignment {
   double inertia = 0.0;
 };
 
-std::int64_t nearest(const double* x, const std::vector<double>& centroids, std::int64_t k, std::int64_t d,
-                     double& best) {
-  std::int64_t arg = 0;
-  best = std::numeric_limits<double>::infinity();
-  for (std::int64_t c = 0; c < k; ++c) {
-    const double dist = squared_distance(x, centroids.data() + c * d, d);
-    if (dist < best) {  // strict: ties go to the lowest index
-      best = dist;
-      arg = c;
-    }
-  }
-  return arg;
-}
-
 Assignment assign(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                   const std::vector<double>& centroids, std::int64_t k) {
   const std::int64_t d = data.features;
@@ -45,7 +31,7 @@ Assignment assign(coll::Communicator& comm, const SamplePartition& part, const D
   std::vector<std::int64_t> label(static_cast<std::size_t>(data.rows));
   for (std::int64_t i = 0; i < data.rows; ++i) {
     double best = 0.0;
-    label[static_cast<std::size_t>(i)] = nearest(data.row(i), centroids, k, d, best);
+    label[static_cast<std::size_t>(i)] = nearest_centroid(data.row(i), centroids, k, d, best);
     a.d2[static_cast<std::size_t>(i)] = best;
     ++a.counts[static_cast<std::size_t>(label[static_cast<std::size_t>(i)])];
   }
@@ -86,6 +72,20 @@ std::int64_t take_farthest(coll::Communicator& comm, const DatasetSlice& data, s
 }
 
 }  // namespace
+
+std::int64_t nearest_centroid(const double* x, const std::vector<double>& centroids, std::int64_t k, std::int64_t d,
+                              double& best) noexcept {
+  std::int64_t arg = 0;
+  best = std::numeric_limits<double>::infinity();
+  for (std::int64_t c = 0; c < k; ++c) {
+    const double dist = squared_distance(x, centroids.data() + c * d, d);
+    if (dist < best) {  // strict: ties go to the lowest index
+      best = dist;
+      arg = c;
+    }
+  }
+  return arg;
+}
 
 KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                         const KMeansOptions& o) {

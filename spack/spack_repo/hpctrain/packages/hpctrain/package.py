@@ -81,6 +81,7 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("hdf5@1.10:+mpi")
     depends_on("blas")
     depends_on("lapack")  # hpctrain::ml: dpotrf/dpotrs (OpenBLAS provides both)
+    depends_on("liblbfgs")  # hpctrain::ml logreg: L-BFGS
     depends_on("cli11")
     depends_on("nlohmann-json@3.9:")
     depends_on("fmt")

@@ -30,7 +30,9 @@ struct DatasetSlice {
   std::int64_t first = 0;               ///< global index of row 0
   std::int64_t rows = 0;
   std::vector<double> samples;          ///< rows x features, value * scale
-  std::vector<double> targets;          ///< rows, when read_targets
+  std::vector<double> targets;          ///< rows, when SliceColumns::targets
+  std::vector<std::int32_t> labels;     ///< rows, when SliceColumns::labels
+  std::int64_t classes = 0;             ///< the root attribute `classes`, when SliceColumns::labels
   std::vector<std::string> feature_names;  ///< empty when the file has none
 
   const double* row(std::int64_t i) const noexcept {
@@ -44,9 +46,16 @@ struct DatasetSlice {
 /// naming the file otherwise.
 std::int64_t dataset_sample_count(const std::string& path);
 
+/// Which per-sample datasets besides /samples a fitter reads.
+struct SliceColumns {
+  bool targets = false;  ///< /targets (regression)
+  bool labels = false;   ///< /labels and the `classes` attribute (classification)
+};
+
 /// Reads this rank's slice `part` of `path`. Every value must be finite: a NaN or Inf is an
-/// error naming the sample's global index and the column. With `read_targets` /targets must
-/// exist (an error saying so otherwise) and be finite too.
-DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, bool read_targets);
+/// error naming the sample's global index and the column. /targets, when asked for, must exist
+/// (an error saying so otherwise) and be finite too; /labels, when asked for, must exist with
+/// the root attribute `classes` >= 2 and every label in [0, classes).
+DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, SliceColumns columns);
 
 }  // namespace hpctrain::ml

@@ -68,6 +68,11 @@ std::vector<double> initial_centroids(coll::Communicator& comm, const SamplePart
 std::vector<double> fetch_sample(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                                  std::int64_t index);
 
+/// Index of the centroid (k x d, row-major) nearest to x, ties to the lowest index; its squared
+/// distance goes to `best`.
+std::int64_t nearest_centroid(const double* x, const std::vector<double>& centroids, std::int64_t k, std::int64_t d,
+                              double& best) noexcept;
+
 /// Squared Euclidean distance of two d-vectors, summed in index order.
 double squared_distance(const double* a, const double* b, std::int64_t d) noexcept;
 

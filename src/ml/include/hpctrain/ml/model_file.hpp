@@ -28,7 +28,18 @@ struct ModelFileContents {
   std::vector<ModelArray> arrays;
   std::vector<std::pair<std::string, double>> real_attributes;
   std::vector<std::pair<std::string, std::int64_t>> int_attributes;
+
+  /// The real attribute `name`; throws when it is missing.
+  double real_attribute(const std::string& name) const;
 };
+
+/// Reads a model file written by write_model_file: the `model` attribute, every f64 dataset of
+/// the root group (in name order) and the root's numeric attributes. Throws hpctrain::Error
+/// naming the file when it is missing, not HDF5, or not an hpctrain model file.
+ModelFileContents read_model_file(const std::string& path);
+
+/// The array called `name` of `contents`; throws naming `path` when it is missing.
+const ModelArray& model_array(const ModelFileContents& contents, const std::string& name, const std::string& path);
 
 /// Writes `contents` to `path` atomically (io::StagedFile: temporary name, fsync, rename).
 /// Serial HDF5: call it on one rank.

@@ -1,0 +1,247 @@
+// Multinomial logistic regression by L-BFGS with exact, P-independent sums; see
+// logistic_regression.hpp.
+#include "hpctrain/ml/logistic_regression.hpp"
+
+#include <lbfgs.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/environment.hpp"
+#include "hpctrain/ml/exact_block_sum.hpp"
+
+extern "C" {
+// BLAS (Fortran ABI, column-major).
+void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc, std::size_t transa_len, std::size_t transb_len);
+}
+
+namespace hpctrain::ml {
+
+namespace {
+
+/// Z (rows x C, row-major) = X W^T + b for `rows` row-major samples X and W (C x d, row-major).
+/// Column-major view: Z^T (C x rows) = W_cm^T X_cm with W_cm = W^T (d x C) and X_cm = X^T.
+void logits(const double* w, const double* b, std::int64_t classes, std::int64_t d, const double* x,
+            std::int64_t rows, double* z) {
+  const int m = static_cast<int>(classes), n = static_cast<int>(rows), k = static_cast<int>(d);
+  const double one = 1.0, zero = 0.0;
+  dgemm_("T", "N", &m, &n, &k, &one, w, &k, x, &k, &zero, z, &m, 1, 1);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t c = 0; c < classes; ++c) z[i * classes + c] += b[c];
+  }
+}
+
+/// Row i of z (C logits) becomes its softmax; returns log(sum exp(z_i)) (stable: max shifted).
+double softmax_in_place(double* zi, std::int64_t classes) {
+  const double top = *std::max_element(zi, zi + classes);
+  double sum = 0.0;
+  for (std::int64_t c = 0; c < classes; ++c) {
+    zi[c] = std::exp(zi[c] - top);
+    sum += zi[c];
+  }
+  for (std::int64_t c = 0; c < classes; ++c) zi[c] /= sum;
+  return top + std::log(sum);
+}
+
+/// One BLAS thread while it lives: OpenBLAS's threaded dgemm may split a block's product
+/// differently by thread count, and a block's term must have the same bits on every rank count.
+/// The ranks are the parallelism (one rank per core).
+class SingleBlasThread {
+ public:
+  SingleBlasThread() : previous_(hpctrain::blas_threads()) { hpctrain::set_blas_threads(1); }
+  ~SingleBlasThread() {
+    if (previous_ > 1) hpctrain::set_blas_threads(previous_);
+  }
+  SingleBlasThread(const SingleBlasThread&) = delete;
+  SingleBlasThread& operator=(const SingleBlasThread&) = delete;
+
+ private:
+  int previous_;
+};
+
+/// What libLBFGS's callbacks need. The evaluation is collective: every rank's libLBFGS calls
+/// it in the same sequence because every rank sees the same bits.
+struct Problem {
+  coll::Communicator* comm;
+  const SamplePartition* part;
+  const DatasetSlice* data;
+  const LogisticRegressionOptions* options;
+  std::int64_t classes, features;
+  std::vector<double> z;  // one block's logits, reused
+  std::int64_t evaluations = 0;
+  std::int64_t iterations = 0;
+  std::exception_ptr error;  // an exception must not cross libLBFGS's C frames
+};
+
+/// Rows per pass inside a sum block: both gemms of a sub-block run while its rows (64 x d
+/// doubles, 400 KB at d = 784) are still in the core's L2, so each evaluation streams the
+/// samples from memory once. A fixed constant: the block's term has the same bits at any P.
+constexpr std::int64_t kSubBlockRows = 64;
+
+/// term = [sum of losses, sum of (p - e_y) x^T (C x d), sum of (p - e_y) (C)] over one block,
+/// sub-block by sub-block in order.
+void block_term(Problem& pb, const double* w, const double* b, std::int64_t first, std::int64_t count,
+                double* term) {
+  const std::int64_t c = pb.classes, d = pb.features;
+  double* grad_w = term + 1;
+  double* grad_b = term + 1 + c * d;
+  pb.z.resize(static_cast<std::size_t>(kSubBlockRows * c));
+  for (std::int64_t sub = first; sub < first + count; sub += kSubBlockRows) {
+    const std::int64_t rows = std::min(kSubBlockRows, first + count - sub);
+    logits(w, b, c, d, pb.data->row(sub), rows, pb.z.data());
+    for (std::int64_t i = 0; i < rows; ++i) {
+      double* zi = pb.z.data() + i * c;
+      const std::int32_t y = pb.data->labels[static_cast<std::size_t>(sub + i)];
+      const double zy = zi[y];
+      term[0] += softmax_in_place(zi, c) - zy;  // -log softmax(z)_y = log sum exp(z) - z_y
+      zi[y] -= 1.0;
+      for (std::int64_t k = 0; k < c; ++k) grad_b[k] += zi[k];
+    }
+    // grad_W (C x d row-major = d x C column-major) += X^T G: X_cm (d x rows) times G_cm^T with
+    // G_cm = G^T (C x rows).
+    const int m = static_cast<int>(d), n = static_cast<int>(c), k = static_cast<int>(rows);
+    const double one = 1.0;
+    dgemm_("N", "T", &m, &n, &k, &one, pb.data->row(sub), &m, pb.z.data(), &n, &one, grad_w, &m, 1, 1);
+  }
+}
+
+lbfgsfloatval_t evaluate(void* instance, const lbfgsfloatval_t* x, lbfgsfloatval_t* g, int n, lbfgsfloatval_t) {
+  auto& pb = *static_cast<Problem*>(instance);
+  try {
+    const std::int64_t c = pb.classes, d = pb.features;
+    const double* w = x;
+    const double* b = x + c * d;
+    const auto width = static_cast<std::size_t>(1 + c * (d + 1));
+    const std::vector<double> sum = exact_sum_over_samples(
+        *pb.comm, *pb.part, width,
+        [&](std::int64_t first, std::int64_t count, double* term) { block_term(pb, w, b, first, count, term); });
+    ++pb.evaluations;
+    const double inv_n = 1.0 / static_cast<double>(pb.part->total_samples);
+    const double l2 = pb.options->l2;
+    double penalty = 0.0;
+    for (std::int64_t i = 0; i < c * d; ++i) {
+      penalty += w[i] * w[i];
+      g[i] = sum[static_cast<std::size_t>(1 + i)] * inv_n + l2 * w[i];
+    }
+    for (std::int64_t k = 0; k < c; ++k) g[c * d + k] = sum[static_cast<std::size_t>(1 + c * d + k)] * inv_n;
+    for (int i = static_cast<int>(c * (d + 1)); i < n; ++i) g[i] = 0.0;  // padding (see fit)
+    return sum[0] * inv_n + 0.5 * l2 * penalty;
+  } catch (...) {
+    pb.error = std::current_exception();
+    std::fill(g, g + n, 0.0);
+    return std::nan("");
+  }
+}
+
+int progress(void* instance, const lbfgsfloatval_t*, const lbfgsfloatval_t*, lbfgsfloatval_t fx, lbfgsfloatval_t,
+             lbfgsfloatval_t gnorm, lbfgsfloatval_t, int, int k, int) {
+  auto& pb = *static_cast<Problem*>(instance);
+  if (pb.error) return 1;
+  pb.iterations = k;
+  if (pb.options->on_iteration) {
+    try {
+      pb.options->on_iteration(k, fx, gnorm);
+    } catch (...) {
+      pb.error = std::current_exception();
+      return 1;
+    }
+  }
+  return 0;
+}
+
+std::string describe_status(int code) {
+  switch (code) {
+    case LBFGS_SUCCESS: return "converged: ||g|| < tol * max(1, ||x||)";
+    case LBFGS_ALREADY_MINIMIZED: return "converged: the initial point is already a minimiser";
+    case LBFGSERR_MAXIMUMITERATION: return "stopped at --max-iter";
+    case LBFGSERR_ROUNDING_ERROR: return "stopped: the line search can make no progress at f's precision";
+    case LBFGSERR_MINIMUMSTEP: return "stopped: the line search step fell below its minimum";
+    case LBFGSERR_MAXIMUMLINESEARCH: return "stopped: the line search ran out of evaluations";
+    default: return fmt::format("stopped: libLBFGS status {}", code);
+  }
+}
+
+void check_options(const DatasetSlice& data, const LogisticRegressionOptions& o) {
+  HPCTRAIN_REQUIRE(o.classes >= 2, fmt::format("logreg: --classes must be at least 2 (got {})", o.classes));
+  HPCTRAIN_REQUIRE(o.l2 >= 0 && std::isfinite(o.l2), fmt::format("logreg: --l2 must be >= 0 (got {})", o.l2));
+  HPCTRAIN_REQUIRE(o.tol > 0 && std::isfinite(o.tol), fmt::format("logreg: --tol must be > 0 (got {})", o.tol));
+  HPCTRAIN_REQUIRE(o.max_iter >= 1, fmt::format("logreg: --max-iter must be at least 1 (got {})", o.max_iter));
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(data.labels.size()) == data.rows,
+                   fmt::format("logreg: data set '{}': labels were not read", data.path));
+  for (std::size_t i = 0; i < data.labels.size(); ++i) {
+    HPCTRAIN_REQUIRE(data.labels[i] >= 0 && data.labels[i] < o.classes,
+                     fmt::format("logreg: data set '{}': label of sample {} is {}, outside [0, {})", data.path,
+                                 data.first + static_cast<std::int64_t>(i), data.labels[i], o.classes));
+  }
+}
+
+}  // namespace
+
+LogisticRegressionResult fit_logistic_regression(coll::Communicator& comm, const SamplePartition& part,
+                                                 const DatasetSlice& data, const LogisticRegressionOptions& options) {
+  check_options(data, options);
+  const SingleBlasThread one_blas_thread;
+  Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}, 0, 0, nullptr};
+  const std::int64_t vars = pb.classes * (pb.features + 1);
+  // libLBFGS built with SSE wants a multiple of 16 variables; the padding has gradient 0.
+  const int n = static_cast<int>((vars + 15) / 16 * 16);
+  std::unique_ptr<lbfgsfloatval_t, decltype(&lbfgs_free)> x(lbfgs_malloc(n), &lbfgs_free);
+  HPCTRAIN_REQUIRE(x != nullptr, fmt::format("logreg: cannot allocate {} variables", n));
+  std::fill(x.get(), x.get() + n, 0.0);
+  lbfgs_parameter_t param;
+  lbfgs_parameter_init(&param);
+  param.m = options.history;
+  param.epsilon = options.tol;
+  param.max_iterations = static_cast<int>(options.max_iter);
+  lbfgsfloatval_t fx = 0.0;
+  const int code = lbfgs(n, x.get(), &fx, evaluate, progress, &pb, &param);
+  if (pb.error) std::rethrow_exception(pb.error);
+  HPCTRAIN_REQUIRE(code >= 0 || code == LBFGSERR_MAXIMUMITERATION || code == LBFGSERR_ROUNDING_ERROR ||
+                       code == LBFGSERR_MINIMUMSTEP || code == LBFGSERR_MAXIMUMLINESEARCH,
+                   fmt::format("logreg: L-BFGS failed ({})", describe_status(code)));
+  LogisticRegressionResult r;
+  r.classes = pb.classes;
+  r.features = pb.features;
+  r.coefficients.assign(x.get(), x.get() + pb.classes * pb.features);
+  r.intercept.assign(x.get() + pb.classes * pb.features, x.get() + vars);
+  r.evaluations = pb.evaluations;
+  r.converged = code == LBFGS_SUCCESS || code == LBFGS_ALREADY_MINIMIZED;
+  r.status = describe_status(code);
+  // The objective of the returned point (libLBFGS's fx is that, but recompute it so the value is
+  // defined the same way whatever stopped the search).
+  std::vector<double> g(static_cast<std::size_t>(n));
+  r.objective = evaluate(&pb, x.get(), g.data(), n, 0.0);
+  if (pb.error) std::rethrow_exception(pb.error);
+  r.iterations = pb.iterations;
+  return r;
+}
+
+std::vector<double> logistic_probabilities(const LogisticRegressionResult& model, const double* samples,
+                                           std::int64_t rows) {
+  std::vector<double> p(static_cast<std::size_t>(rows * model.classes));
+  if (rows == 0) return p;
+  logits(model.coefficients.data(), model.intercept.data(), model.classes, model.features, samples, rows, p.data());
+  for (std::int64_t i = 0; i < rows; ++i) softmax_in_place(p.data() + i * model.classes, model.classes);
+  return p;
+}
+
+double logistic_accuracy(coll::Communicator& comm, const LogisticRegressionResult& model, const DatasetSlice& data) {
+  const std::vector<double> p = logistic_probabilities(model, data.samples.data(), data.rows);
+  std::int64_t counts[2] = {0, data.rows};
+  for (std::int64_t i = 0; i < data.rows; ++i) {
+    const double* pi = p.data() + i * model.classes;
+    const auto best = std::max_element(pi, pi + model.classes) - pi;  // first maximum
+    if (best == data.labels[static_cast<std::size_t>(i)]) ++counts[0];
+  }
+  comm.allreduce(counts, 2, coll::ReduceOp::sum);
+  return counts[1] == 0 ? 0.0 : static_cast<double>(counts[0]) / static_cast<double>(counts[1]);
+}
+
+}  // namespace hpctrain::ml
