@@ -1,6 +1,7 @@
 // Lloyd's k-means with exact, P-independent per-cluster sums; see kmeans.hpp.
 #include "hpctrain/ml/kmeans.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -8,6 +9,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
+#include "blas_products.hpp"
 
 namespace hpctrain::ml {
 
@@ -29,20 +31,17 @@ Assignment assign(coll::Communicator& comm, const SamplePartition& part, const D
   a.counts.assign(static_cast<std::size_t>(k), 0);
   a.d2.assign(static_cast<std::size_t>(data.rows), 0.0);
   std::vector<std::int64_t> label(static_cast<std::size_t>(data.rows));
-  for (std::int64_t i = 0; i < data.rows; ++i) {
-    double best = 0.0;
-    label[static_cast<std::size_t>(i)] = nearest_centroid(data.row(i), centroids, k, d, best);
-    a.d2[static_cast<std::size_t>(i)] = best;
-    ++a.counts[static_cast<std::size_t>(label[static_cast<std::size_t>(i)])];
-  }
   const auto width = static_cast<std::size_t>(k * d + 1);  // sums, then the inertia
   std::vector<double> total = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count,
                                                                             double* term) {
+    nearest_centroids(data.row(first), count, d, centroids, k, label.data() + first, a.d2.data() + first);
     for (std::int64_t i = first; i < first + count; ++i) {
-      double* sum = term + label[static_cast<std::size_t>(i)] * d;
+      const auto at = static_cast<std::size_t>(i);
+      double* sum = term + label[at] * d;
       const double* x = data.row(i);
       for (std::int64_t j = 0; j < d; ++j) sum[j] += x[j];
-      term[width - 1] += a.d2[static_cast<std::size_t>(i)];
+      term[width - 1] += a.d2[at];
+      ++a.counts[static_cast<std::size_t>(label[at])];
     }
   });
   comm.allreduce(a.counts.data(), a.counts.size(), coll::ReduceOp::sum);
@@ -73,18 +72,32 @@ std::int64_t take_farthest(coll::Communicator& comm, const DatasetSlice& data, s
 
 }  // namespace
 
-std::int64_t nearest_centroid(const double* x, const std::vector<double>& centroids, std::int64_t k, std::int64_t d,
-                              double& best) noexcept {
-  std::int64_t arg = 0;
-  best = std::numeric_limits<double>::infinity();
+void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
+                       std::int64_t k, std::int64_t* label, double* d2) {
+  std::vector<double> norms(static_cast<std::size_t>(k));
+  const std::vector<double> origin(static_cast<std::size_t>(d), 0.0);
   for (std::int64_t c = 0; c < k; ++c) {
-    const double dist = squared_distance(x, centroids.data() + c * d, d);
-    if (dist < best) {  // strict: ties go to the lowest index
-      best = dist;
-      arg = c;
+    norms[static_cast<std::size_t>(c)] = squared_distance(centroids.data() + c * d, origin.data(), d);
+  }
+  std::vector<double> dots(static_cast<std::size_t>(detail::kSubBlockRows * k));
+  for (std::int64_t sub = 0; sub < rows; sub += detail::kSubBlockRows) {
+    const std::int64_t n = std::min(detail::kSubBlockRows, rows - sub);
+    detail::rows_times_transpose(x + sub * d, n, d, centroids.data(), k, dots.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double* g = dots.data() + i * k;
+      std::int64_t arg = 0;
+      double best = std::numeric_limits<double>::infinity();
+      for (std::int64_t c = 0; c < k; ++c) {
+        const double score = norms[static_cast<std::size_t>(c)] - 2.0 * g[c];
+        if (score < best) {  // strict: ties go to the lowest index
+          best = score;
+          arg = c;
+        }
+      }
+      label[sub + i] = arg;
+      d2[sub + i] = squared_distance(x + (sub + i) * d, centroids.data() + arg * d, d);
     }
   }
-  return arg;
 }
 
 KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
@@ -96,6 +109,7 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
   HPCTRAIN_REQUIRE(o.max_iter >= 1, fmt::format("k-means: --max-iter must be at least 1, got {}", o.max_iter));
   HPCTRAIN_REQUIRE(o.tol >= 0.0 && std::isfinite(o.tol), fmt::format("k-means: --tol must be >= 0, got {}", o.tol));
   const std::int64_t k = o.k, d = data.features;
+  const detail::SingleBlasThread one_blas_thread;
   KMeansResult r;
   r.k = k;
   r.features = d;

@@ -119,12 +119,22 @@ std::vector<double> plusplus_init(coll::Communicator& comm, const SamplePartitio
 }  // namespace
 
 double squared_distance(const double* a, const double* b, std::int64_t d) noexcept {
-  double s = 0.0;
-  for (std::int64_t j = 0; j < d; ++j) {
-    const double t = a[j] - b[j];
-    s += t * t;
+  // Eight running sums (lane l takes j = l mod 8), added in a fixed order at the end: the
+  // compiler vectorises it without reassociating, and the bits depend on the data alone.
+  constexpr std::int64_t kLanes = 8;
+  double lane[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= d; j += kLanes) {
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      const double t = a[j + l] - b[j + l];
+      lane[l] += t * t;
+    }
   }
-  return s;
+  for (std::int64_t l = 0; j < d; ++j, ++l) {
+    const double t = a[j] - b[j];
+    lane[l] += t * t;
+  }
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
 std::vector<double> fetch_sample(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,

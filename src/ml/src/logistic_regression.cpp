@@ -12,27 +12,17 @@
 #include <fmt/format.h>
 
 #include "hpctrain/collectives/error.hpp"
-#include "hpctrain/core/environment.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
-
-extern "C" {
-// BLAS (Fortran ABI, column-major).
-void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
-            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
-            const int* ldc, std::size_t transa_len, std::size_t transb_len);
-}
+#include "blas_products.hpp"
 
 namespace hpctrain::ml {
 
 namespace {
 
 /// Z (rows x C, row-major) = X W^T + b for `rows` row-major samples X and W (C x d, row-major).
-/// Column-major view: Z^T (C x rows) = W_cm^T X_cm with W_cm = W^T (d x C) and X_cm = X^T.
 void logits(const double* w, const double* b, std::int64_t classes, std::int64_t d, const double* x,
             std::int64_t rows, double* z) {
-  const int m = static_cast<int>(classes), n = static_cast<int>(rows), k = static_cast<int>(d);
-  const double one = 1.0, zero = 0.0;
-  dgemm_("T", "N", &m, &n, &k, &one, w, &k, x, &k, &zero, z, &m, 1, 1);
+  detail::rows_times_transpose(x, rows, d, w, classes, z);
   for (std::int64_t i = 0; i < rows; ++i) {
     for (std::int64_t c = 0; c < classes; ++c) z[i * classes + c] += b[c];
   }
@@ -50,22 +40,6 @@ double softmax_in_place(double* zi, std::int64_t classes) {
   return top + std::log(sum);
 }
 
-/// One BLAS thread while it lives: OpenBLAS's threaded dgemm may split a block's product
-/// differently by thread count, and a block's term must have the same bits on every rank count.
-/// The ranks are the parallelism (one rank per core).
-class SingleBlasThread {
- public:
-  SingleBlasThread() : previous_(hpctrain::blas_threads()) { hpctrain::set_blas_threads(1); }
-  ~SingleBlasThread() {
-    if (previous_ > 1) hpctrain::set_blas_threads(previous_);
-  }
-  SingleBlasThread(const SingleBlasThread&) = delete;
-  SingleBlasThread& operator=(const SingleBlasThread&) = delete;
-
- private:
-  int previous_;
-};
-
 /// What libLBFGS's callbacks need. The evaluation is collective: every rank's libLBFGS calls
 /// it in the same sequence because every rank sees the same bits.
 struct Problem {
@@ -80,11 +54,6 @@ struct Problem {
   std::exception_ptr error;  // an exception must not cross libLBFGS's C frames
 };
 
-/// Rows per pass inside a sum block: both gemms of a sub-block run while its rows (64 x d
-/// doubles, 400 KB at d = 784) are still in the core's L2, so each evaluation streams the
-/// samples from memory once. A fixed constant: the block's term has the same bits at any P.
-constexpr std::int64_t kSubBlockRows = 64;
-
 /// term = [sum of losses, sum of (p - e_y) x^T (C x d), sum of (p - e_y) (C)] over one block,
 /// sub-block by sub-block in order.
 void block_term(Problem& pb, const double* w, const double* b, std::int64_t first, std::int64_t count,
@@ -92,9 +61,9 @@ void block_term(Problem& pb, const double* w, const double* b, std::int64_t firs
   const std::int64_t c = pb.classes, d = pb.features;
   double* grad_w = term + 1;
   double* grad_b = term + 1 + c * d;
-  pb.z.resize(static_cast<std::size_t>(kSubBlockRows * c));
-  for (std::int64_t sub = first; sub < first + count; sub += kSubBlockRows) {
-    const std::int64_t rows = std::min(kSubBlockRows, first + count - sub);
+  pb.z.resize(static_cast<std::size_t>(detail::kSubBlockRows * c));
+  for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
+    const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
     logits(w, b, c, d, pb.data->row(sub), rows, pb.z.data());
     for (std::int64_t i = 0; i < rows; ++i) {
       double* zi = pb.z.data() + i * c;
@@ -104,11 +73,7 @@ void block_term(Problem& pb, const double* w, const double* b, std::int64_t firs
       zi[y] -= 1.0;
       for (std::int64_t k = 0; k < c; ++k) grad_b[k] += zi[k];
     }
-    // grad_W (C x d row-major = d x C column-major) += X^T G: X_cm (d x rows) times G_cm^T with
-    // G_cm = G^T (C x rows).
-    const int m = static_cast<int>(d), n = static_cast<int>(c), k = static_cast<int>(rows);
-    const double one = 1.0;
-    dgemm_("N", "T", &m, &n, &k, &one, pb.data->row(sub), &m, pb.z.data(), &n, &one, grad_w, &m, 1, 1);
+    detail::add_transpose_times_rows(pb.z.data(), rows, c, pb.data->row(sub), d, grad_w);  // += G^T X
   }
 }
 
@@ -187,7 +152,7 @@ void check_options(const DatasetSlice& data, const LogisticRegressionOptions& o)
 LogisticRegressionResult fit_logistic_regression(coll::Communicator& comm, const SamplePartition& part,
                                                  const DatasetSlice& data, const LogisticRegressionOptions& options) {
   check_options(data, options);
-  const SingleBlasThread one_blas_thread;
+  const detail::SingleBlasThread one_blas_thread;
   Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}, 0, 0, nullptr};
   const std::int64_t vars = pb.classes * (pb.features + 1);
   // libLBFGS built with SSE wants a multiple of 16 variables; the padding has gradient 0.

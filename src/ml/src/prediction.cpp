@@ -10,6 +10,7 @@
 #include "hpctrain/io/h5.hpp"
 #include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/logistic_regression.hpp"
+#include "blas_products.hpp"
 
 namespace hpctrain::ml {
 
@@ -28,12 +29,14 @@ void predict_kmeans(const ModelFileContents& model, const std::string& path, con
   HPCTRAIN_REQUIRE(c.dims.size() == 2, fmt::format("model file '{}': /centroids must be K x d", path));
   const auto k = static_cast<std::int64_t>(c.dims[0]);
   require_features(static_cast<std::int64_t>(c.dims[1]), data, path);
-  p.labels.resize(static_cast<std::size_t>(data.rows));
-  for (std::int64_t i = 0; i < data.rows; ++i) {
-    double best = 0.0;
-    p.labels[static_cast<std::size_t>(i)] =
-        static_cast<std::int32_t>(nearest_centroid(data.row(i), c.values, k, data.features, best));
+  std::vector<std::int64_t> label(static_cast<std::size_t>(data.rows));
+  std::vector<double> d2(label.size());
+  // Sum block by sum block, as the fit assigns: the same dgemm calls at any rank count.
+  for (std::int64_t first = 0; first < data.rows; first += kSumBlockSamples) {
+    const std::int64_t rows = std::min(kSumBlockSamples, data.rows - first);
+    nearest_centroids(data.row(first), rows, data.features, c.values, k, label.data() + first, d2.data() + first);
   }
+  p.labels.assign(label.begin(), label.end());
 }
 
 void predict_linreg(const ModelFileContents& model, const std::string& path, const DatasetSlice& data,
@@ -107,6 +110,7 @@ void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type
 }  // namespace
 
 Predictions predict_slice(const ModelFileContents& model, const std::string& model_path, const DatasetSlice& data) {
+  const detail::SingleBlasThread one_blas_thread;
   Predictions p;
   p.model = model.model;
   p.rows = data.rows;

@@ -6,7 +6,8 @@
 /// distance to the nearest centroid, not divided by N.
 ///
 /// Lloyd's algorithm. Each iteration: every rank assigns its samples to the nearest centroid
-/// (ties to the lowest centroid index), and sums per cluster the samples (f64) and their
+/// (nearest_centroids: the argmin of ||c||^2 - 2 x.c from dgemm, ties to the lowest centroid
+/// index), and sums per cluster the samples (f64) and their
 /// squared distances by sum block (exact_block_sum.hpp: exact, P-independent) and the counts
 /// (int64, exact); the new centroid is the cluster's sum / count. A cluster left empty is
 /// re-seeded with the sample farthest from its centroid (ties to the lowest global index; the
@@ -68,12 +69,16 @@ std::vector<double> initial_centroids(coll::Communicator& comm, const SamplePart
 std::vector<double> fetch_sample(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                                  std::int64_t index);
 
-/// Index of the centroid (k x d, row-major) nearest to x, ties to the lowest index; its squared
-/// distance goes to `best`.
-std::int64_t nearest_centroid(const double* x, const std::vector<double>& centroids, std::int64_t k, std::int64_t d,
-                              double& best) noexcept;
+/// The centroid (k x d, row-major) nearest to each of `rows` samples x (row-major, d values
+/// each): label[i] = argmin over c of ||c||^2 - 2 x_i.c, from one dgemm per 64 rows (ties to the
+/// lowest index), and d2[i] = the squared distance to it (squared_distance). Call it on whole
+/// sum blocks (sample_partition.hpp): the dgemm calls, hence the bits, are then the same at any
+/// rank count.
+void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
+                       std::int64_t k, std::int64_t* label, double* d2);
 
-/// Squared Euclidean distance of two d-vectors, summed in index order.
+/// Squared Euclidean distance of two d-vectors: eight running sums over j mod 8, added in a
+/// fixed order (vectorised; the bits depend on the data alone).
 double squared_distance(const double* a, const double* b, std::int64_t d) noexcept;
 
 }  // namespace hpctrain::ml

@@ -1,0 +1,57 @@
+#pragma once
+// The two dense products the ml fitters run through the BLAS (OpenBLAS's dgemm, Fortran ABI,
+// column-major), written for row-major matrices. Internal to hpctrain::ml.
+#include <cstddef>
+#include <cstdint>
+
+#include "hpctrain/core/environment.hpp"
+
+extern "C" {
+void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc, std::size_t transa_len, std::size_t transb_len);
+}
+
+namespace hpctrain::ml::detail {
+
+/// z (rows x k) = x (rows x d) times w^T, w being k x d; all row-major. Column-major view:
+/// z^T (k x rows) = w_cm^T x_cm with w_cm = w^T (d x k) and x_cm = x^T (d x rows).
+inline void rows_times_transpose(const double* x, std::int64_t rows, std::int64_t d, const double* w, std::int64_t k,
+                                 double* z) {
+  const int m = static_cast<int>(k), n = static_cast<int>(rows), kk = static_cast<int>(d);
+  const double one = 1.0, zero = 0.0;
+  dgemm_("T", "N", &m, &n, &kk, &one, w, &kk, x, &kk, &zero, z, &m, 1, 1);
+}
+
+/// acc (k x d) += g^T x for g (rows x k) and x (rows x d); all row-major. Column-major view:
+/// acc_cm (d x k) += x_cm (d x rows) times g_cm^T, g_cm = g^T (k x rows).
+inline void add_transpose_times_rows(const double* g, std::int64_t rows, std::int64_t k, const double* x,
+                                     std::int64_t d, double* acc) {
+  const int m = static_cast<int>(d), n = static_cast<int>(k), kk = static_cast<int>(rows);
+  const double one = 1.0;
+  dgemm_("N", "T", &m, &n, &kk, &one, x, &m, g, &n, &one, acc, &m, 1, 1);
+}
+
+/// Rows per pass inside a sum block: the products of a sub-block run while its rows (64 x d
+/// doubles, 400 KB at d = 784) are still in the core's L2, so a pass streams the samples from
+/// memory once. A fixed constant, so a block's result has the same bits at any rank count.
+constexpr std::int64_t kSubBlockRows = 64;
+
+/// One BLAS thread while it lives (the fits hold one): OpenBLAS's threaded dgemm may split a
+/// product differently by thread count, and a block's term must have the same bits at any rank
+/// count.
+/// The ranks are the parallelism (one rank per core).
+class SingleBlasThread {
+ public:
+  SingleBlasThread() : previous_(hpctrain::blas_threads()) { hpctrain::set_blas_threads(1); }
+  ~SingleBlasThread() {
+    if (previous_ > 1) hpctrain::set_blas_threads(previous_);
+  }
+  SingleBlasThread(const SingleBlasThread&) = delete;
+  SingleBlasThread& operator=(const SingleBlasThread&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace hpctrain::ml::detail
