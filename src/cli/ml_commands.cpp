@@ -68,7 +68,11 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
   o.max_iter = a.max_iter;
   o.tol = a.tol;
   o.seed = a.seed;
-  o.init = a.init == "random" ? ml::KMeansInit::random : ml::KMeansInit::plusplus;
+  o.init = a.init == "random" ? ml::KMeansInit::random
+           : a.init == "kmeans++" ? ml::KMeansInit::plusplus
+                                  : ml::KMeansInit::parallel;
+  o.init_rounds = a.init_rounds;
+  o.oversampling = a.oversampling;
   const bool speak = comm.rank() == 0;
   MetricsFile metrics(a.metrics, speak);
   o.on_iteration = [&](std::int64_t it, double inertia) {
@@ -211,7 +215,10 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
   a.kmeans->add_option("--tol", a.tol, "Stop when the inertia changes by at most tol x inertia")->capture_default_str();
   a.kmeans->add_option("--seed", a.seed, "Seed of the counter-based RNG of the initialisation")->capture_default_str();
   a.kmeans->add_option("--init", a.init, "Initialisation")
-      ->check(CLI::IsMember({"kmeans++", "random"}))
+      ->check(CLI::IsMember({"kmeans-parallel", "kmeans++", "random"}))
+      ->capture_default_str();
+  a.kmeans->add_option("--init-rounds", a.init_rounds, "kmeans-parallel: sampling rounds")->capture_default_str();
+  a.kmeans->add_option("--oversampling", a.oversampling, "kmeans-parallel: expected candidates per round / k")
       ->capture_default_str();
   a.kmeans->add_option("--metrics", a.metrics, "JSONL: a record per iteration and a summary (rank 0)");
   a.kmeans->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();

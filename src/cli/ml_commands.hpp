@@ -16,7 +16,9 @@ struct MlArgs {
   CLI::App* predict = nullptr;
   double l2 = 0.0;
   double logreg_l2 = 1e-4, logreg_tol = 1e-6;
-  std::string data, out, init = "kmeans++";
+  std::string data, out, init = "kmeans-parallel";
+  std::int64_t init_rounds = 5;
+  double oversampling = 2.0;
   std::string model;      ///< predict: the model file
   std::string eval_data;  ///< logreg: test split for the test accuracy
   std::string metrics;    ///< JSONL: a record per iteration and a summary (rank 0)

@@ -56,7 +56,7 @@ for np_ in (1, 2, 3, 4):
         check(np.array_equal(got[order], centres), f"np{np_}: centroids {got.tolist()} != {centres.tolist()}")
         check(f.attrs["inertia"] == expected_inertia, f"np{np_}: inertia {f.attrs['inertia']} != {expected_inertia}")
     out = os.path.join(args.workdir, f"blobs-np{np_}.h5")
-    for init in ("kmeans++", "random"):
+    for init in ("kmeans-parallel", "kmeans++", "random"):
         p = run(np_, "kmeans", "--data", blobs, "--k", "3", "--init", init, "--seed", "7", "--tol", "0", "--out", out)
         check(p.returncode == 0, f"kmeans blobs np{np_} {init}: {p.stderr.strip()}")
         if p.returncode == 0:
@@ -76,6 +76,20 @@ if "kmeans++" in bytes_by_np and 1 in bytes_by_np["kmeans++"]:
     inertia = float(np.sum((yy - c[lab]) ** 2))
     check(abs(inertia - bytes_by_np["kmeans++"][1][1]) <= 1e-9 * inertia, "inertia vs numpy")
 
+# k-means|| on the exact clusters with one round of a large oversampling: the candidates cover
+# all three clusters, so the weighted reclustering must land on the centres themselves.
+for np_ in (1, 3):
+    out = os.path.join(args.workdir, f"parallel-np{np_}.h5")
+    p = run(np_, "kmeans", "--data", exact, "--k", "3", "--init", "kmeans-parallel", "--init-rounds", "1",
+            "--oversampling", "10", "--max-iter", "1", "--out", out)
+    check(p.returncode == 0, f"kmeans-parallel np{np_}: {p.stderr.strip()[:400]}")
+    if p.returncode == 0:
+        with h5py.File(out) as f:
+            got = np.array(f["centroids"])
+            order = np.lexsort(got.T[::-1])
+            check(np.array_equal(got[order], centres[np.lexsort(centres.T[::-1])]),
+                  f"kmeans-parallel np{np_}: centroids {got.tolist()} after one Lloyd step")
+
 # ---- bad input --------------------------------------------------------------------------
 bad = os.path.join(args.workdir, "nan.h5")
 z = x.copy()
@@ -85,6 +99,8 @@ for np_, cmd, needle in [
     (2, ["--data", exact, "--k", str(len(x) + 1)], "exceeds the number of samples"),
     (2, ["--data", exact, "--k", "0"], "at least 1"),
     (2, ["--data", bad, "--k", "3"], "sample 1234 column 2 is nan"),
+    (2, ["--data", exact, "--k", "3", "--init-rounds", "0"], "--init-rounds must be at least 1"),
+    (2, ["--data", exact, "--k", "3", "--oversampling", "-1"], "--oversampling must be > 0"),
 ]:
     p = run(np_, "kmeans", *cmd, "--out", os.path.join(args.workdir, "bad.h5"))
     check(p.returncode != 0, f"{cmd}: exit 0")

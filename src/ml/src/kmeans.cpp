@@ -108,6 +108,9 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
                                data.path));
   HPCTRAIN_REQUIRE(o.max_iter >= 1, fmt::format("k-means: --max-iter must be at least 1, got {}", o.max_iter));
   HPCTRAIN_REQUIRE(o.tol >= 0.0 && std::isfinite(o.tol), fmt::format("k-means: --tol must be >= 0, got {}", o.tol));
+  HPCTRAIN_REQUIRE(o.init_rounds >= 1, fmt::format("k-means: --init-rounds must be at least 1, got {}", o.init_rounds));
+  HPCTRAIN_REQUIRE(o.oversampling > 0.0 && std::isfinite(o.oversampling),
+                   fmt::format("k-means: --oversampling must be > 0, got {}", o.oversampling));
   const std::int64_t k = o.k, d = data.features;
   const detail::SingleBlasThread one_blas_thread;
   KMeansResult r;

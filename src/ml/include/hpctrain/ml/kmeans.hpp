@@ -17,7 +17,14 @@
 /// Cost per iteration: N K d γ / P for the assignment, plus exact_sum_over_samples of K d + 1
 /// elements (α + 24 (K d + 1) β) and an int64 all-reduce of K counts.
 ///
-/// Initialisation (`KMeansInit`), both rank-independent:
+/// Initialisation (`KMeansInit`), all rank-independent:
+/// - parallel: k-means|| (Bahmani et al. 2012): one counter-based random centre, then
+///   init_rounds rounds in which each sample joins the candidates independently with
+///   probability min(1, l d2 / phi) (l = oversampling k, d2 its squared distance to the nearest
+///   candidate, phi the exact-order sum of d2), drawn from the counter-based RNG at (seed,
+///   round, global index); candidates are gathered in global order, weighted by the samples
+///   nearest to them (int64 counts), and reclustered into k on every rank alike by weighted
+///   k-means++ and up to 30 weighted Lloyd iterations. Cost: init_rounds + 1 passes over the data.
 /// - plusplus: k-means++ (Arthur & Vassilvitskii 2007); the first centre is the sample at a
 ///   counter-based random index, each next one is drawn with probability proportional to the
 ///   squared distance to the nearest chosen centre. The draw u * total is located in the
@@ -35,14 +42,16 @@
 
 namespace hpctrain::ml {
 
-enum class KMeansInit { plusplus, random };
+enum class KMeansInit { parallel, plusplus, random };
 
 struct KMeansOptions {
   std::int64_t k = 8;
   std::int64_t max_iter = 300;
   double tol = 1e-4;  ///< relative change of the inertia between two iterations
   std::uint64_t seed = 0;
-  KMeansInit init = KMeansInit::plusplus;
+  KMeansInit init = KMeansInit::parallel;
+  std::int64_t init_rounds = 5;  ///< k-means|| rounds (Bahmani et al. suggest ~5; Spark's default is 2)
+  double oversampling = 2.0;     ///< k-means||: expected candidates per round = oversampling x k
   /// Called on every rank after each iteration with (iteration, inertia before the update).
   std::function<void(std::int64_t, double)> on_iteration;
 };
