@@ -8,6 +8,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/ml/dataset_slice.hpp"
+#include "hpctrain/ml/feature_scaling.hpp"
 #include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/linear_regression.hpp"
 #include "hpctrain/ml/logistic_regression.hpp"
@@ -59,10 +60,44 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// The samples as a fitter sees them: this rank's slice, the data checksum (before
+/// standardisation) and, with --standardize, the scaling applied to the slice.
+struct FitData {
+  ml::SamplePartition part;
+  ml::DatasetSlice data;
+  std::string checksum;
+  bool standardized = false;
+  ml::Standardization scaling;
+};
+
+FitData read_fit_data(const MlArgs& a, coll::Communicator& comm, ml::SliceColumns columns) {
+  FitData f;
+  f.part = ml::partition_samples(ml::dataset_sample_count(a.data), comm.rank(), comm.size());
+  f.data = ml::read_dataset_slice(a.data, f.part, columns);
+  f.checksum = ml::data_checksum(comm, f.part, f.data);
+  if (a.standardize) {
+    f.standardized = true;
+    f.scaling = ml::fit_standardization(comm, f.part, f.data);
+    ml::apply_standardization(f.scaling, f.data);
+  }
+  return f;
+}
+
+/// The model file's record of the data: checksum, sample count, the standardisation if any.
+void describe_fit_data(const FitData& f, ml::ModelFileContents& m) {
+  m.string_attributes.emplace_back("data_checksum", f.checksum);
+  m.int_attributes.emplace_back("samples", f.part.total_samples);
+  if (f.standardized) {
+    const auto d = static_cast<hsize_t>(f.data.features);
+    m.arrays.push_back({"/standardize_mean", {d}, f.scaling.mean});
+    m.arrays.push_back({"/standardize_std", {d}, f.scaling.std});
+  }
+}
+
 int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
-  const std::int64_t n = ml::dataset_sample_count(a.data);
-  const auto part = ml::partition_samples(n, comm.rank(), comm.size());
-  const auto data = ml::read_dataset_slice(a.data, part, {});
+  const FitData f = read_fit_data(a, comm, {});
+  const auto& part = f.part;
+  const auto& data = f.data;
   ml::KMeansOptions o;
   o.k = a.k;
   o.max_iter = a.max_iter;
@@ -91,6 +126,7 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
     m.real_attributes = {{"inertia", r.inertia}, {"tol", a.tol}};
     m.int_attributes = {{"iterations", r.iterations}, {"k", r.k}, {"converged", r.converged ? 1 : 0},
                         {"seed", static_cast<std::int64_t>(a.seed)}};
+    describe_fit_data(f, m);
     ml::write_model_file(a.out, m);
     std::printf("kmeans: %s after %lld iterations, inertia %.17g\n", r.converged ? "converged" : "stopped at --max-iter",
                 static_cast<long long>(r.iterations), r.inertia);
@@ -103,9 +139,10 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
 }
 
 int run_linreg(const MlArgs& a, coll::Communicator& comm) {
-  const std::int64_t n = ml::dataset_sample_count(a.data);
-  const auto part = ml::partition_samples(n, comm.rank(), comm.size());
-  const auto data = ml::read_dataset_slice(a.data, part, regression_columns());
+  const FitData f = read_fit_data(a, comm, regression_columns());
+  const auto& part = f.part;
+  const auto& data = f.data;
+  const std::int64_t n = part.total_samples;
   MetricsFile metrics(a.metrics, comm.rank() == 0);
   const auto start = std::chrono::steady_clock::now();
   const auto r = ml::fit_linear_regression(comm, part, data, ml::LinearRegressionOptions{a.l2});
@@ -118,7 +155,7 @@ int run_linreg(const MlArgs& a, coll::Communicator& comm) {
     m.arrays.push_back({"/coefficients", {static_cast<hsize_t>(r.coefficients.size())}, r.coefficients});
     m.arrays.push_back({"/intercept", {1}, {r.intercept}});
     m.real_attributes = {{"intercept", r.intercept}, {"l2", a.l2}, {"mse", r.mse}};
-    m.int_attributes = {{"samples", n}};
+    describe_fit_data(f, m);
     ml::write_model_file(a.out, m);
     std::printf("linreg: %lld samples, %zu features, intercept %.17g, training mse %.17g\n", static_cast<long long>(n),
                 r.coefficients.size(), r.intercept, r.mse);
@@ -130,9 +167,9 @@ int run_linreg(const MlArgs& a, coll::Communicator& comm) {
 }
 
 int run_logreg(const MlArgs& a, coll::Communicator& comm) {
-  const std::int64_t n = ml::dataset_sample_count(a.data);
-  const auto part = ml::partition_samples(n, comm.rank(), comm.size());
-  const auto data = ml::read_dataset_slice(a.data, part, classification_columns());
+  const FitData f = read_fit_data(a, comm, classification_columns());
+  const auto& part = f.part;
+  const auto& data = f.data;
   const bool speak = comm.rank() == 0;
   MetricsFile metrics(a.metrics, speak);
   ml::LogisticRegressionOptions o;
@@ -154,7 +191,8 @@ int run_logreg(const MlArgs& a, coll::Communicator& comm) {
   double test_accuracy = -1.0;
   if (!a.eval_data.empty()) {
     const auto tpart = ml::partition_samples(ml::dataset_sample_count(a.eval_data), comm.rank(), comm.size());
-    const auto test = ml::read_dataset_slice(a.eval_data, tpart, classification_columns());
+    auto test = ml::read_dataset_slice(a.eval_data, tpart, classification_columns());
+    if (f.standardized) ml::apply_standardization(f.scaling, test);  // the training set's scaling
     HPCTRAIN_REQUIRE(test.features == data.features && test.classes == data.classes,
                      "--eval-data '" + a.eval_data + "': its samples or classes differ from --data's");
     test_accuracy = ml::logistic_accuracy(comm, r, test);
@@ -169,7 +207,8 @@ int run_logreg(const MlArgs& a, coll::Communicator& comm) {
                          {"train_accuracy", train_accuracy}};
     if (test_accuracy >= 0) m.real_attributes.emplace_back("test_accuracy", test_accuracy);
     m.int_attributes = {{"iterations", r.iterations}, {"evaluations", r.evaluations}, {"classes", r.classes},
-                        {"samples", n}, {"converged", r.converged ? 1 : 0}};
+                        {"converged", r.converged ? 1 : 0}};
+    describe_fit_data(f, m);
     ml::write_model_file(a.out, m);
     nlohmann::json summary{{"type", "summary"}, {"objective", r.objective}, {"iterations", r.iterations},
                            {"evaluations", r.evaluations}, {"converged", r.converged}, {"status", r.status},
@@ -192,7 +231,7 @@ int run_predict(const MlArgs& a, coll::Communicator& comm) {
   const ml::ModelFileContents model = ml::read_model_file(a.model);
   const std::int64_t n = ml::dataset_sample_count(a.data);
   const auto part = ml::partition_samples(n, comm.rank(), comm.size());
-  const auto data = ml::read_dataset_slice(a.data, part, {});
+  auto data = ml::read_dataset_slice(a.data, part, {});
   const ml::Predictions p = ml::predict_slice(model, a.model, data);
   ml::write_predictions(comm, p, a.out, {a.model, a.data});
   if (comm.rank() == 0) {
@@ -241,6 +280,11 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
       ->capture_default_str();
   a.logreg->add_option("--metrics", a.metrics, "JSONL: a record per iteration and a summary (rank 0)");
   a.logreg->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
+  for (CLI::App* fit : {a.kmeans, a.linreg, a.logreg}) {
+    fit->add_flag("--standardize", a.standardize,
+                  "Scale every feature to mean 0, standard deviation 1 over all samples before the fit (the "
+                  "model, in those units, stores the scaling; ml predict applies it)");
+  }
   a.predict = ml->add_subcommand("predict", "Applies a model file of kmeans, linreg or logreg to a data set; writes "
                                             "/predictions (int32 class, or f64 for linreg) and, for logreg, "
                                             "/probabilities (N x classes, float32)");

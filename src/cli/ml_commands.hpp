@@ -21,6 +21,7 @@ struct MlArgs {
   double oversampling = 2.0;
   std::string model;      ///< predict: the model file
   std::string eval_data;  ///< logreg: test split for the test accuracy
+  bool standardize = false;  ///< --standardize (kmeans, linreg, logreg)
   std::string metrics;    ///< JSONL: a record per iteration and a summary (rank 0)
   std::int64_t k = 0, max_iter = 300;
   double tol = 1e-4;

@@ -82,7 +82,7 @@ for np_ in (1, 2, 3, 4):
     if not r:
         continue
     w, b, attrs, out = r
-    bytes_by_np[np_] = w.tobytes() + b.tobytes()
+    bytes_by_np[np_] = w.tobytes() + b.tobytes() + attrs["data_checksum"].encode()
     f = objective(x, y, w, b, lam)
     check(f <= f_ref * (1 + 1e-5), f"np{np_}: objective {f!r} vs scikit-learn {f_ref!r}")
     check(abs(attrs["objective"] - f) <= 1e-9 * f, f"np{np_}: recorded objective {attrs['objective']} vs {f}")
@@ -92,7 +92,28 @@ for np_ in (1, 2, 3, 4):
     acc_test = np.mean(np.argmax(xt @ w.T + b, 1) == yt)
     check(abs(attrs["test_accuracy"] - acc_test) < 1e-12, f"np{np_}: test accuracy {attrs['test_accuracy']} vs {acc_test}")
     check(abs(acc_test - sk.score(xt, yt)) <= 0.002, f"np{np_}: test accuracy {acc_test} vs sklearn {sk.score(xt, yt)}")
-check(len(bytes_by_np) == 4 and len(set(bytes_by_np.values())) == 1, "/coefficients bytes differ over np 1..4")
+check(len(bytes_by_np) == 4 and len(set(bytes_by_np.values())) == 1,
+      "/coefficients bytes or the data checksum differ over np 1..4")
+r_test = fit(2, test, "--l2", str(lam))
+if r_test and r:
+    check(r_test[2]["data_checksum"] != r[2]["data_checksum"] and r[2]["data_checksum"].startswith("xxh3:"),
+          f"data checksums {r_test[2]['data_checksum']} / {r[2]['data_checksum']}")
+
+# --standardize: features on very different scales; the stored scaling is numpy's population
+# mean and std, and the fit in standardised units matches scikit-learn on numpy-standardised data.
+xs2 = f32(x * [1e3, 1e-3, 1, 50, 1, 1e2])
+scaled = os.path.join(args.workdir, "scaled.h5")
+write_dataset(scaled, xs2, labels=y, classes=c)
+r = fit(3, scaled, "--l2", str(lam), "--tol", "1e-9", "--standardize")
+if r:
+    with h5py.File(os.path.join(args.workdir, "model-np3.h5")) as f:
+        mean, std = np.array(f["standardize_mean"]), np.array(f["standardize_std"])
+    check(np.allclose(mean, xs2.mean(0), rtol=1e-12, atol=1e-12) and np.allclose(std, xs2.std(0), rtol=1e-12),
+          f"--standardize: mean {mean} std {std} vs numpy {xs2.mean(0)} {xs2.std(0)}")
+    z = (xs2 - xs2.mean(0)) / xs2.std(0)
+    sk2 = LogisticRegression(C=1.0 / (n * lam), tol=1e-12, max_iter=100000).fit(z, y)
+    check(objective(z, y, r[0], r[1], lam) <= objective(z, y, sk2.coef_, sk2.intercept_, lam) * (1 + 1e-5),
+          "--standardize: objective above scikit-learn's on standardised data")
 if os.path.exists(metrics):
     recs = [json.loads(line) for line in open(metrics)]
     its = [r for r in recs if r["type"] == "iteration"]

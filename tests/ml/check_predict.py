@@ -33,9 +33,10 @@ write_dataset(query, xq, labels=False)
 write_dataset(narrow, xq[:, :4], labels=False)
 
 models = {}
-for name, extra in [("kmeans", ["--k", "3"]), ("linreg", []), ("logreg", ["--l2", "1e-3"])]:
+for name, extra in [("kmeans", ["--k", "3"]), ("linreg", []), ("logreg", ["--l2", "1e-3"]),
+                    ("logreg-std", ["--l2", "1e-3", "--standardize"])]:
     out = os.path.join(args.workdir, f"{name}.h5")
-    p = run_ml(2, name, "--data", train, "--out", out, *extra)
+    p = run_ml(2, name.split("-")[0], "--data", train, "--out", out, *extra)
     check(p.returncode == 0, f"fit {name}: exit {p.returncode}: {p.stderr.strip()[:400]}")
     models[name] = out
 
@@ -54,7 +55,11 @@ for name, path in models.items():
         elif name == "linreg":
             expect = xq @ np.array(f["coefficients"]) + np.array(f["intercept"])[0]
         else:
-            prob = softmax(xq @ np.array(f["coefficients"]).T + np.array(f["intercept"]))
+            xin = xq
+            if name == "logreg-std":  # predict applies the training set's scaling itself
+                xin = (xq - np.array(f["standardize_mean"])) / np.array(f["standardize_std"])
+                check(np.allclose(np.array(f["standardize_mean"]), x.mean(0), rtol=1e-12), "standardize_mean")
+            prob = softmax(xin @ np.array(f["coefficients"]).T + np.array(f["intercept"]))
             expect = np.argmax(prob, 1)
     seen = {}
     for np_ in (1, 2, 3):
@@ -65,7 +70,8 @@ for name, path in models.items():
             continue
         with h5py.File(out) as f:
             pred = np.array(f["predictions"])
-            check(f.attrs["model"] == name and f.attrs["count"] == len(xq), f"{name}: attributes {dict(f.attrs)}")
+            check(f.attrs["model"] == name.split("-")[0] and f.attrs["count"] == len(xq),
+                  f"{name}: attributes {dict(f.attrs)}")
             blob = pred.tobytes()
             if name == "linreg":
                 check(pred.dtype == np.float64 and np.allclose(pred, expect, rtol=1e-12, atol=1e-12),
@@ -73,7 +79,7 @@ for name, path in models.items():
             else:
                 check(pred.dtype == np.int32 and np.array_equal(pred, expect),
                       f"{name} np{np_}: {np.sum(pred != expect)} predictions differ from numpy's")
-            if name == "logreg":
+            if name.startswith("logreg"):
                 pr = np.array(f["probabilities"])
                 check(pr.dtype == np.float32 and pr.shape == (len(xq), c) and np.allclose(pr, prob, atol=1e-6),
                       f"logreg np{np_}: probabilities differ from numpy's softmax")

@@ -35,6 +35,7 @@ void write_model_file(const std::string& path, const ModelFileContents& contents
     io::h5_write_attribute(root, "model", contents.model);
     for (const auto& [name, value] : contents.real_attributes) io::h5_write_attribute(root, name, value);
     for (const auto& [name, value] : contents.int_attributes) io::h5_write_attribute(root, name, value);
+    for (const auto& [name, value] : contents.string_attributes) io::h5_write_attribute(root, name, value);
     HPCTRAIN_CHECK_H5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), where + ": flush");
   }
   staged.commit();
@@ -43,7 +44,8 @@ void write_model_file(const std::string& path, const ModelFileContents& contents
 namespace {
 
 /// The datasets a model file may hold (model_file.hpp's layout).
-constexpr const char* kArrayNames[] = {"/centroids", "/coefficients", "/intercept"};
+constexpr const char* kArrayNames[] = {"/centroids", "/coefficients", "/intercept", "/standardize_mean",
+                                       "/standardize_std"};
 /// The numeric attributes read back (`intercept`: linreg files written before /intercept).
 constexpr const char* kRealAttributeNames[] = {"intercept", "objective", "inertia", "l2"};
 

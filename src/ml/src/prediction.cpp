@@ -8,6 +8,7 @@
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/io/durable_file.hpp"
 #include "hpctrain/io/h5.hpp"
+#include "hpctrain/ml/feature_scaling.hpp"
 #include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/logistic_regression.hpp"
 #include "blas_products.hpp"
@@ -109,8 +110,16 @@ void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type
 
 }  // namespace
 
-Predictions predict_slice(const ModelFileContents& model, const std::string& model_path, const DatasetSlice& data) {
+Predictions predict_slice(const ModelFileContents& model, const std::string& model_path, DatasetSlice& data) {
   const detail::SingleBlasThread one_blas_thread;
+  const bool standardized = std::any_of(model.arrays.begin(), model.arrays.end(),
+                                        [](const ModelArray& a) { return a.name == "/standardize_mean"; });
+  if (standardized) {
+    Standardization s{model_array(model, "/standardize_mean", model_path).values,
+                      model_array(model, "/standardize_std", model_path).values};
+    require_features(static_cast<std::int64_t>(s.mean.size()), data, model_path);
+    apply_standardization(s, data);
+  }
   Predictions p;
   p.model = model.model;
   p.rows = data.rows;

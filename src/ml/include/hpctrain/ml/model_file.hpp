@@ -2,9 +2,11 @@
 /// @file
 /// The HDF5 file a fitted model is written to (`hpctrain ml ... --out MODEL.h5`).
 ///
-/// Layout: f64 datasets (e.g. /centroids K x d, /coefficients d), root attributes `model`
+/// Layout: f64 datasets (e.g. /centroids K x d, /coefficients d, /standardize_mean and
+/// /standardize_std d with --standardize), root attributes `model`
 /// (the estimator's name: "kmeans", "linreg"), `format` = "hpctrain-model",
-/// `format_version` = 1, and the estimator's scalars (inertia, iterations, intercept, ...).
+/// `format_version` = 1, `data_checksum` (feature_scaling.hpp), `samples`, and the
+/// estimator's scalars (inertia, iterations, intercept, ...).
 
 #include <hdf5.h>
 
@@ -28,6 +30,7 @@ struct ModelFileContents {
   std::vector<ModelArray> arrays;
   std::vector<std::pair<std::string, double>> real_attributes;
   std::vector<std::pair<std::string, std::int64_t>> int_attributes;
+  std::vector<std::pair<std::string, std::string>> string_attributes;  ///< e.g. data_checksum
 
   /// The real attribute `name`; throws when it is missing.
   double real_attribute(const std::string& name) const;

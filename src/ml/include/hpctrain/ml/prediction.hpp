@@ -32,10 +32,11 @@ struct Predictions {
   std::vector<double> probabilities;  ///< logreg: rows x classes
 };
 
-/// Predictions for the rows of `data` (read without labels or targets). Throws hpctrain::Error
-/// when the model's feature count differs from the data's (both files named) or the model is
-/// unknown.
-Predictions predict_slice(const ModelFileContents& model, const std::string& model_path, const DatasetSlice& data);
+/// Predictions for the rows of `data` (read without labels or targets). A model fitted with
+/// --standardize (it holds /standardize_mean and /standardize_std) standardises `data` in place
+/// first. Throws hpctrain::Error when the model's feature count differs from the data's (both
+/// files named) or the model is unknown.
+Predictions predict_slice(const ModelFileContents& model, const std::string& model_path, DatasetSlice& data);
 
 /// Where a prediction file's rows came from (its attributes).
 struct PredictionProvenance {
