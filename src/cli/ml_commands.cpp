@@ -145,18 +145,28 @@ int run_linreg(const MlArgs& a, coll::Communicator& comm) {
   const std::int64_t n = part.total_samples;
   MetricsFile metrics(a.metrics, comm.rank() == 0);
   const auto start = std::chrono::steady_clock::now();
-  const auto r = ml::fit_linear_regression(comm, part, data, ml::LinearRegressionOptions{a.l2});
+  ml::LinearRegressionOptions o;
+  o.l2 = a.l2;
+  o.solver = a.solver == "lbfgs" ? ml::LinearSolver::lbfgs : ml::LinearSolver::normal;
+  o.max_iter = a.max_iter;
+  o.tol = a.linreg_tol;
+  const auto r = ml::fit_linear_regression(comm, part, data, o);
   const double fit_s = seconds_since(start);
   if (comm.rank() == 0) {
     metrics.write({{"type", "summary"}, {"objective", 0.5 * r.mse + 0.5 * a.l2 * squared_norm(r.coefficients)},
-                   {"mse", r.mse}, {"fit_seconds", fit_s}});
+                   {"mse", r.mse}, {"iterations", r.iterations}, {"fit_seconds", fit_s}});
     ml::ModelFileContents m;
     m.model = "linreg";
     m.arrays.push_back({"/coefficients", {static_cast<hsize_t>(r.coefficients.size())}, r.coefficients});
     m.arrays.push_back({"/intercept", {1}, {r.intercept}});
     m.real_attributes = {{"intercept", r.intercept}, {"l2", a.l2}, {"mse", r.mse}};
+    m.string_attributes.emplace_back("solver", a.solver);
+    m.int_attributes.emplace_back("iterations", r.iterations);
     describe_fit_data(f, m);
     ml::write_model_file(a.out, m);
+    if (o.solver == ml::LinearSolver::lbfgs) {
+      std::printf("linreg: lbfgs %s after %lld iterations\n", r.status.c_str(), static_cast<long long>(r.iterations));
+    }
     std::printf("linreg: %lld samples, %zu features, intercept %.17g, training mse %.17g\n", static_cast<long long>(n),
                 r.coefficients.size(), r.intercept, r.mse);
     std::printf("hpctrain: wrote %s\n", a.out.c_str());
@@ -265,6 +275,13 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
                                           "writes /coefficients (d, f64) and the intercept");
   a.linreg->add_option("--data", a.data, "hpctrain HDF5 data set with /targets (float64, N)")->required();
   a.linreg->add_option("--l2", a.l2, "Ridge penalty lambda (the intercept is not penalised)")->capture_default_str();
+  a.linreg->add_option("--solver", a.solver, "normal: normal equations by Cholesky (d^2 sums); lbfgs: L-BFGS "
+                                             "(d sums per pass; for wide data)")
+      ->check(CLI::IsMember({"normal", "lbfgs"}))
+      ->capture_default_str();
+  a.linreg->add_option("--max-iter", a.max_iter, "lbfgs: most iterations")->capture_default_str();
+  a.linreg->add_option("--tol", a.linreg_tol, "lbfgs: stop when ||gradient|| < tol * max(1, ||(w, b)||)")
+      ->capture_default_str();
   a.linreg->add_option("--metrics", a.metrics, "JSONL: a summary record (objective, mse, fit_seconds; rank 0)");
   a.linreg->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
   a.logreg = ml->add_subcommand("logreg", "Multinomial logistic regression by L-BFGS: mean cross-entropy + "

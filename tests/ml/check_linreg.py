@@ -64,6 +64,20 @@ for np_ in (1, 2, 3, 4):
               f"ridge np{np_}: {r[0]} vs {ridge_w}")
 check(len(bytes_by_np) == 4 and len(set(bytes_by_np.values())) == 1, "/coefficients bytes differ over np 1..4")
 
+# --solver lbfgs: the same minimiser (lstsq; the ridge solution with --l2), same bytes at np 1..4.
+lbfgs_bytes = {}
+for np_ in (1, 2, 3, 4):
+    r = fit(np_, noisy, "--solver", "lbfgs", "--tol", "1e-13", "--max-iter", "2000")
+    if r:
+        lbfgs_bytes[np_] = r[0].tobytes() + np.float64(r[1]).tobytes()
+        check(np.allclose(r[0], ref[:d], rtol=1e-6, atol=0) and abs(r[1] - ref[d]) <= 1e-6 * abs(ref[d]),
+              f"lbfgs np{np_}: {r[0]} {r[1]} vs lstsq {ref}")
+check(len(lbfgs_bytes) == 4 and len(set(lbfgs_bytes.values())) == 1, "lbfgs: bytes differ over np 1..4")
+r = fit(2, noisy, "--solver", "lbfgs", "--tol", "1e-13", "--max-iter", "2000", "--l2", str(lam))
+if r:
+    check(np.allclose(r[0], ridge_w, rtol=1e-6) and abs(r[1] - ridge_b) <= 1e-6 * abs(ridge_b),
+          f"lbfgs ridge: {r[0]} vs {ridge_w}")
+
 const = os.path.join(args.workdir, "constant.h5")
 xk = x.copy()
 xk[:, 2] = 4.0

@@ -11,6 +11,9 @@ ap.add_argument("--mpiexec-flag", action="append", default=[])
 ap.add_argument("--workdir", required=True)
 args = ap.parse_args()
 os.makedirs(args.workdir, exist_ok=True)
+for _stale in ("bad.h5", "bad-pred.h5"):  # a failed earlier run's leftovers must not fail this one
+    if os.path.exists(os.path.join(args.workdir, _stale)):
+        os.remove(os.path.join(args.workdir, _stale))
 failures = []
 
 

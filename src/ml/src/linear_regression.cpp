@@ -1,6 +1,7 @@
 // Least squares by the normal equations with exact sums; see linear_regression.hpp.
 #include "hpctrain/ml/linear_regression.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -9,6 +10,8 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
+#include "blas_products.hpp"
+#include "lbfgs_minimizer.hpp"
 
 extern "C" {
 // LAPACK (Fortran ABI; the trailing length is the hidden length of the character argument).
@@ -47,9 +50,19 @@ std::vector<double> solve_normal_equations(std::vector<double> c, std::vector<do
   for (auto& v : c) v /= n;
   for (auto& v : rhs) v /= n;
   for (int j = 0; j < d; ++j) c[static_cast<std::size_t>(j * d + j)] += l2;
+  std::vector<double> diagonal(static_cast<std::size_t>(d));
+  for (int j = 0; j < d; ++j) diagonal[static_cast<std::size_t>(j)] = c[static_cast<std::size_t>(j * d + j)];
   int info = 0, one = 1;
   dpotrf_("L", &d, c.data(), &d, &info, 1);
   HPCTRAIN_REQUIRE(info >= 0, fmt::format("linreg: dpotrf argument {} is invalid", -info));
+  // L_jj^2 / C_jj is the share of column j's (centred) variance left after projecting out the
+  // columns before it, 1 - R^2: below kDependentShare the column is numerically a linear
+  // combination of them (the sums are rounded, so exact dependence need not make dpotrf fail).
+  constexpr double kDependentShare = 1e-10;
+  for (int j = 0; info == 0 && l2 == 0.0 && j < d; ++j) {
+    const double l = c[static_cast<std::size_t>(j * d + j)];
+    if (l * l < kDependentShare * diagonal[static_cast<std::size_t>(j)]) info = j + 1;
+  }
   HPCTRAIN_REQUIRE(info == 0, fmt::format("linreg: data set '{}': the normal equations are singular at {}: it is "
                                           "(numerically) a linear combination of the columns before it; drop it "
                                           "or use --l2 > 0",
@@ -59,12 +72,99 @@ std::vector<double> solve_normal_equations(std::vector<double> c, std::vector<do
   return rhs;
 }
 
+/// The exact sums of Xc^T Xc (d x d, into `cross`) and Xc^T yc (d, into `rhs`) over all samples,
+/// Xc = X - x_mean, yc = y - y_mean: per 64-row sub-block the centred rows A = [Xc yc] and
+/// A^T A by dgemm (the same calls at any P), then the (d + 1)^2 block sums added exactly.
+void centred_cross_products(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                            const std::vector<double>& x_mean, double y_mean, std::vector<double>& cross,
+                            std::vector<double>& rhs) {
+  const std::int64_t d = data.features, e = d + 1;
+  std::vector<double> a(static_cast<std::size_t>(detail::kSubBlockRows * e));
+  const auto sums = exact_sum_over_samples(comm, part, static_cast<std::size_t>(e * e), [&](std::int64_t first,
+                                                                                          std::int64_t count, double* t) {
+    for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
+      const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        double* ai = a.data() + i * e;
+        for (std::int64_t j = 0; j < d; ++j) ai[j] = data.row(sub + i)[j] - x_mean[static_cast<std::size_t>(j)];
+        ai[d] = data.targets[static_cast<std::size_t>(sub + i)] - y_mean;
+      }
+      detail::add_transpose_times_rows(a.data(), rows, e, a.data(), e, t);  // t += A^T A
+    }
+  });
+  cross.assign(static_cast<std::size_t>(d * d), 0.0);
+  rhs.assign(static_cast<std::size_t>(d), 0.0);
+  for (std::int64_t r = 0; r < d; ++r) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      // The lower triangle, mirrored: the dgemm need not give bitwise-symmetric sums.
+      const std::int64_t lo = std::max(r, c), hi = std::min(r, c);
+      cross[static_cast<std::size_t>(r * d + c)] = sums[static_cast<std::size_t>(lo * e + hi)];
+    }
+    rhs[static_cast<std::size_t>(r)] = sums[static_cast<std::size_t>(d * e + r)];
+  }
+}
+
+/// One evaluation of the objective and its gradient for the lbfgs solver (see the header).
+double least_squares_objective(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                               double l2, const double* x, double* g) {
+  const std::int64_t d = data.features;
+  const double b = x[d];
+  std::vector<double> pred(static_cast<std::size_t>(detail::kSubBlockRows));
+  const auto sums = exact_sum_over_samples(comm, part, static_cast<std::size_t>(d + 2), [&](std::int64_t first,
+                                                                                          std::int64_t count, double* t) {
+    for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
+      const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
+      detail::rows_times_transpose(data.row(sub), rows, d, x, 1, pred.data());  // X w
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const double r = data.targets[static_cast<std::size_t>(sub + i)] - pred[static_cast<std::size_t>(i)] - b;
+        pred[static_cast<std::size_t>(i)] = r;
+        t[0] += r * r;
+        t[d + 1] += r;
+      }
+      detail::add_transpose_times_rows(pred.data(), rows, 1, data.row(sub), d, t + 1);  // += r^T X
+    }
+  });
+  const double inv_n = 1.0 / static_cast<double>(part.total_samples);
+  double penalty = 0.0;
+  for (std::int64_t j = 0; j < d; ++j) {
+    penalty += x[j] * x[j];
+    g[j] = -sums[static_cast<std::size_t>(1 + j)] * inv_n + l2 * x[j];
+  }
+  g[d] = -sums[static_cast<std::size_t>(d + 1)] * inv_n;
+  return 0.5 * sums[0] * inv_n + 0.5 * l2 * penalty;
+}
+
+LinearRegressionResult fit_by_lbfgs(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                                    const LinearRegressionOptions& o) {
+  HPCTRAIN_REQUIRE(o.tol > 0.0 && std::isfinite(o.tol), fmt::format("linreg: --tol must be > 0, got {}", o.tol));
+  HPCTRAIN_REQUIRE(o.max_iter >= 1, fmt::format("linreg: --max-iter must be at least 1, got {}", o.max_iter));
+  const std::int64_t d = data.features;
+  detail::LbfgsOptions lo;
+  lo.max_iter = o.max_iter;
+  lo.tol = o.tol;
+  const auto m = detail::minimize_lbfgs(
+      d + 1, [&](const double* x, double* g) { return least_squares_objective(comm, part, data, o.l2, x, g); }, lo,
+      "linreg");
+  LinearRegressionResult r;
+  r.coefficients.assign(m.x.begin(), m.x.begin() + d);
+  r.intercept = m.x[static_cast<std::size_t>(d)];
+  double penalty = 0.0;
+  for (double w : r.coefficients) penalty += w * w;
+  r.mse = 2.0 * (m.objective - 0.5 * o.l2 * penalty);
+  r.iterations = m.iterations;
+  r.converged = m.converged;
+  r.status = m.status;
+  return r;
+}
+
 }  // namespace
 
 LinearRegressionResult fit_linear_regression(coll::Communicator& comm, const SamplePartition& part,
                                              const DatasetSlice& data, const LinearRegressionOptions& o) {
   HPCTRAIN_REQUIRE(o.l2 >= 0.0 && std::isfinite(o.l2), fmt::format("linreg: --l2 must be >= 0, got {}", o.l2));
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(data.targets.size()) == data.rows, "linreg: the slice has no targets");
+  const detail::SingleBlasThread one_blas_thread;
+  if (o.solver == LinearSolver::lbfgs) return fit_by_lbfgs(comm, part, data, o);
   const std::int64_t d = data.features;
   const auto n = static_cast<double>(part.total_samples);
   if (o.l2 == 0.0) require_no_constant_column(comm, data);
@@ -82,24 +182,9 @@ LinearRegressionResult fit_linear_regression(coll::Communicator& comm, const Sam
   sums.pop_back();
   const std::vector<double>& x_mean = sums;
 
-  // Pass 2: centred cross products Xc^T Xc (lower triangle computed, mirrored) and Xc^T yc.
-  std::vector<double> xc(static_cast<std::size_t>(d));
-  auto cross = exact_sum_over_samples(comm, part, static_cast<std::size_t>(d * d + d), [&](std::int64_t first,
-                                                                                       std::int64_t count, double* t) {
-    for (std::int64_t i = first; i < first + count; ++i) {
-      for (std::int64_t j = 0; j < d; ++j) xc[static_cast<std::size_t>(j)] = data.row(i)[j] - x_mean[static_cast<std::size_t>(j)];
-      const double yc = data.targets[static_cast<std::size_t>(i)] - y_mean;
-      for (std::int64_t a = 0; a < d; ++a) {
-        for (std::int64_t b = 0; b <= a; ++b) t[a * d + b] += xc[static_cast<std::size_t>(a)] * xc[static_cast<std::size_t>(b)];
-        t[d * d + a] += xc[static_cast<std::size_t>(a)] * yc;
-      }
-    }
-  });
-  std::vector<double> rhs(cross.begin() + d * d, cross.end());
-  cross.resize(static_cast<std::size_t>(d * d));
-  for (std::int64_t a = 0; a < d; ++a) {
-    for (std::int64_t b = a + 1; b < d; ++b) cross[static_cast<std::size_t>(a * d + b)] = cross[static_cast<std::size_t>(b * d + a)];
-  }
+  // Pass 2: centred cross products [Xc yc]^T [Xc yc] by one dgemm per 64-row sub-block.
+  std::vector<double> cross, rhs;
+  centred_cross_products(comm, part, data, x_mean, y_mean, cross, rhs);
 
   LinearRegressionResult r;
   r.coefficients.assign(static_cast<std::size_t>(d + 1), 0.0);  // w, then b

@@ -2,18 +2,15 @@
 // logistic_regression.hpp.
 #include "hpctrain/ml/logistic_regression.hpp"
 
-#include <lbfgs.h>
-
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <memory>
 
 #include <fmt/format.h>
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
 #include "blas_products.hpp"
+#include "lbfgs_minimizer.hpp"
 
 namespace hpctrain::ml {
 
@@ -40,18 +37,14 @@ double softmax_in_place(double* zi, std::int64_t classes) {
   return top + std::log(sum);
 }
 
-/// What libLBFGS's callbacks need. The evaluation is collective: every rank's libLBFGS calls
-/// it in the same sequence because every rank sees the same bits.
+/// One evaluation's inputs; the evaluation is collective (every rank sees the same bits).
 struct Problem {
   coll::Communicator* comm;
   const SamplePartition* part;
   const DatasetSlice* data;
   const LogisticRegressionOptions* options;
   std::int64_t classes, features;
-  std::vector<double> z;  // one block's logits, reused
-  std::int64_t evaluations = 0;
-  std::int64_t iterations = 0;
-  std::exception_ptr error;  // an exception must not cross libLBFGS's C frames
+  std::vector<double> z;  // one sub-block's logits, reused
 };
 
 /// term = [sum of losses, sum of (p - e_y) x^T (C x d), sum of (p - e_y) (C)] over one block,
@@ -77,60 +70,24 @@ void block_term(Problem& pb, const double* w, const double* b, std::int64_t firs
   }
 }
 
-lbfgsfloatval_t evaluate(void* instance, const lbfgsfloatval_t* x, lbfgsfloatval_t* g, int n, lbfgsfloatval_t) {
-  auto& pb = *static_cast<Problem*>(instance);
-  try {
-    const std::int64_t c = pb.classes, d = pb.features;
-    const double* w = x;
-    const double* b = x + c * d;
-    const auto width = static_cast<std::size_t>(1 + c * (d + 1));
-    const std::vector<double> sum = exact_sum_over_samples(
-        *pb.comm, *pb.part, width,
-        [&](std::int64_t first, std::int64_t count, double* term) { block_term(pb, w, b, first, count, term); });
-    ++pb.evaluations;
-    const double inv_n = 1.0 / static_cast<double>(pb.part->total_samples);
-    const double l2 = pb.options->l2;
-    double penalty = 0.0;
-    for (std::int64_t i = 0; i < c * d; ++i) {
-      penalty += w[i] * w[i];
-      g[i] = sum[static_cast<std::size_t>(1 + i)] * inv_n + l2 * w[i];
-    }
-    for (std::int64_t k = 0; k < c; ++k) g[c * d + k] = sum[static_cast<std::size_t>(1 + c * d + k)] * inv_n;
-    for (int i = static_cast<int>(c * (d + 1)); i < n; ++i) g[i] = 0.0;  // padding (see fit)
-    return sum[0] * inv_n + 0.5 * l2 * penalty;
-  } catch (...) {
-    pb.error = std::current_exception();
-    std::fill(g, g + n, 0.0);
-    return std::nan("");
+/// f(W, b) and its gradient (file comment), from the exact sums of all blocks' terms.
+double objective_and_gradient(Problem& pb, const double* x, double* g) {
+  const std::int64_t c = pb.classes, d = pb.features;
+  const double* w = x;
+  const double* b = x + c * d;
+  const auto width = static_cast<std::size_t>(1 + c * (d + 1));
+  const std::vector<double> sum = exact_sum_over_samples(
+      *pb.comm, *pb.part, width,
+      [&](std::int64_t first, std::int64_t count, double* term) { block_term(pb, w, b, first, count, term); });
+  const double inv_n = 1.0 / static_cast<double>(pb.part->total_samples);
+  const double l2 = pb.options->l2;
+  double penalty = 0.0;
+  for (std::int64_t i = 0; i < c * d; ++i) {
+    penalty += w[i] * w[i];
+    g[i] = sum[static_cast<std::size_t>(1 + i)] * inv_n + l2 * w[i];
   }
-}
-
-int progress(void* instance, const lbfgsfloatval_t*, const lbfgsfloatval_t*, lbfgsfloatval_t fx, lbfgsfloatval_t,
-             lbfgsfloatval_t gnorm, lbfgsfloatval_t, int, int k, int) {
-  auto& pb = *static_cast<Problem*>(instance);
-  if (pb.error) return 1;
-  pb.iterations = k;
-  if (pb.options->on_iteration) {
-    try {
-      pb.options->on_iteration(k, fx, gnorm);
-    } catch (...) {
-      pb.error = std::current_exception();
-      return 1;
-    }
-  }
-  return 0;
-}
-
-std::string describe_status(int code) {
-  switch (code) {
-    case LBFGS_SUCCESS: return "converged: ||g|| < tol * max(1, ||x||)";
-    case LBFGS_ALREADY_MINIMIZED: return "converged: the initial point is already a minimiser";
-    case LBFGSERR_MAXIMUMITERATION: return "stopped at --max-iter";
-    case LBFGSERR_ROUNDING_ERROR: return "stopped: the line search can make no progress at f's precision";
-    case LBFGSERR_MINIMUMSTEP: return "stopped: the line search step fell below its minimum";
-    case LBFGSERR_MAXIMUMLINESEARCH: return "stopped: the line search ran out of evaluations";
-    default: return fmt::format("stopped: libLBFGS status {}", code);
-  }
+  for (std::int64_t k = 0; k < c; ++k) g[c * d + k] = sum[static_cast<std::size_t>(1 + c * d + k)] * inv_n;
+  return sum[0] * inv_n + 0.5 * l2 * penalty;
 }
 
 void check_options(const DatasetSlice& data, const LogisticRegressionOptions& o) {
@@ -153,38 +110,25 @@ LogisticRegressionResult fit_logistic_regression(coll::Communicator& comm, const
                                                  const DatasetSlice& data, const LogisticRegressionOptions& options) {
   check_options(data, options);
   const detail::SingleBlasThread one_blas_thread;
-  Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}, 0, 0, nullptr};
-  const std::int64_t vars = pb.classes * (pb.features + 1);
-  // libLBFGS built with SSE wants a multiple of 16 variables; the padding has gradient 0.
-  const int n = static_cast<int>((vars + 15) / 16 * 16);
-  std::unique_ptr<lbfgsfloatval_t, decltype(&lbfgs_free)> x(lbfgs_malloc(n), &lbfgs_free);
-  HPCTRAIN_REQUIRE(x != nullptr, fmt::format("logreg: cannot allocate {} variables", n));
-  std::fill(x.get(), x.get() + n, 0.0);
-  lbfgs_parameter_t param;
-  lbfgs_parameter_init(&param);
-  param.m = options.history;
-  param.epsilon = options.tol;
-  param.max_iterations = static_cast<int>(options.max_iter);
-  lbfgsfloatval_t fx = 0.0;
-  const int code = lbfgs(n, x.get(), &fx, evaluate, progress, &pb, &param);
-  if (pb.error) std::rethrow_exception(pb.error);
-  HPCTRAIN_REQUIRE(code >= 0 || code == LBFGSERR_MAXIMUMITERATION || code == LBFGSERR_ROUNDING_ERROR ||
-                       code == LBFGSERR_MINIMUMSTEP || code == LBFGSERR_MAXIMUMLINESEARCH,
-                   fmt::format("logreg: L-BFGS failed ({})", describe_status(code)));
+  Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}};
+  detail::LbfgsOptions lo;
+  lo.max_iter = options.max_iter;
+  lo.tol = options.tol;
+  lo.history = options.history;
+  lo.on_iteration = options.on_iteration;
+  const detail::LbfgsResult m = detail::minimize_lbfgs(
+      pb.classes * (pb.features + 1), [&](const double* x, double* g) { return objective_and_gradient(pb, x, g); },
+      lo, "logreg");
   LogisticRegressionResult r;
   r.classes = pb.classes;
   r.features = pb.features;
-  r.coefficients.assign(x.get(), x.get() + pb.classes * pb.features);
-  r.intercept.assign(x.get() + pb.classes * pb.features, x.get() + vars);
-  r.evaluations = pb.evaluations;
-  r.converged = code == LBFGS_SUCCESS || code == LBFGS_ALREADY_MINIMIZED;
-  r.status = describe_status(code);
-  // The objective of the returned point (libLBFGS's fx is that, but recompute it so the value is
-  // defined the same way whatever stopped the search).
-  std::vector<double> g(static_cast<std::size_t>(n));
-  r.objective = evaluate(&pb, x.get(), g.data(), n, 0.0);
-  if (pb.error) std::rethrow_exception(pb.error);
-  r.iterations = pb.iterations;
+  r.coefficients.assign(m.x.begin(), m.x.begin() + pb.classes * pb.features);
+  r.intercept.assign(m.x.begin() + pb.classes * pb.features, m.x.end());
+  r.objective = m.objective;
+  r.iterations = m.iterations;
+  r.evaluations = m.evaluations;
+  r.converged = m.converged;
+  r.status = m.status;
   return r;
 }
 
