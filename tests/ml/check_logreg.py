@@ -94,6 +94,16 @@ for np_ in (1, 2, 3, 4):
     check(abs(acc_test - sk.score(xt, yt)) <= 0.002, f"np{np_}: test accuracy {acc_test} vs sklearn {sk.score(xt, yt)}")
 check(len(bytes_by_np) == 4 and len(set(bytes_by_np.values())) == 1,
       "/coefficients bytes or the data checksum differ over np 1..4")
+# --products f32: single-precision products, same objective to 1e-5 of scikit-learn's optimum,
+# same bytes at np 1 and 3.
+f32_bytes = {}
+for np_ in (1, 3):
+    r = fit(np_, train, "--l2", str(lam), "--tol", "1e-9", "--products", "f32")
+    if r:
+        f32_bytes[np_] = r[0].tobytes() + r[1].tobytes()
+        check(objective(x, y, r[0], r[1], lam) <= f_ref * (1 + 1e-5),
+              f"f32 np{np_}: objective {objective(x, y, r[0], r[1], lam)!r} vs scikit-learn {f_ref!r}")
+check(len(f32_bytes) == 2 and len(set(f32_bytes.values())) == 1, "f32: bytes differ between np 1 and 3")
 r_test = fit(2, test, "--l2", str(lam))
 if r_test and r:
     check(r_test[2]["data_checksum"] != r[2]["data_checksum"] and r[2]["data_checksum"].startswith("xxh3:"),

@@ -10,6 +10,9 @@ extern "C" {
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc, std::size_t transa_len, std::size_t transb_len);
+void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc,
+            std::size_t transa_len, std::size_t transb_len);
 }
 
 namespace hpctrain::ml::detail {
@@ -30,6 +33,20 @@ inline void add_transpose_times_rows(const double* g, std::int64_t rows, std::in
   const int m = static_cast<int>(d), n = static_cast<int>(k), kk = static_cast<int>(rows);
   const double one = 1.0;
   dgemm_("N", "T", &m, &n, &kk, &one, x, &m, g, &n, &one, acc, &m, 1, 1);
+}
+
+/// The same two products in single precision (logreg --products f32).
+inline void rows_times_transpose(const float* x, std::int64_t rows, std::int64_t d, const float* w, std::int64_t k,
+                                 float* z) {
+  const int m = static_cast<int>(k), n = static_cast<int>(rows), kk = static_cast<int>(d);
+  const float one = 1.0f, zero = 0.0f;
+  sgemm_("T", "N", &m, &n, &kk, &one, w, &kk, x, &kk, &zero, z, &m, 1, 1);
+}
+inline void add_transpose_times_rows(const float* g, std::int64_t rows, std::int64_t k, const float* x, std::int64_t d,
+                                     float* acc) {
+  const int m = static_cast<int>(d), n = static_cast<int>(k), kk = static_cast<int>(rows);
+  const float one = 1.0f;
+  sgemm_("N", "T", &m, &n, &kk, &one, x, &m, g, &n, &one, acc, &m, 1, 1);
 }
 
 /// Rows per pass inside a sum block: the products of a sub-block run while its rows (64 x d

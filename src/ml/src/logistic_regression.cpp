@@ -45,28 +45,58 @@ struct Problem {
   const LogisticRegressionOptions* options;
   std::int64_t classes, features;
   std::vector<double> z;  // one sub-block's logits, reused
+  // Single-precision products (options.f32_products): the slice, W, logits, G and one block's
+  // gradient in float; everything else stays double.
+  std::vector<float> x32, w32, z32, grad32;
 };
+
+/// Softmax, loss and G = P - Y of one sub-block's logits z (rows x C, bias not yet added),
+/// in double; adds the losses and G's column sums to `term`.
+void loss_and_residual(Problem& pb, const double* b, std::int64_t sub, std::int64_t rows, double* term) {
+  const std::int64_t c = pb.classes;
+  double* grad_b = term + 1 + c * pb.features;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double* zi = pb.z.data() + i * c;
+    for (std::int64_t k = 0; k < c; ++k) zi[k] += b[k];
+    const std::int32_t y = pb.data->labels[static_cast<std::size_t>(sub + i)];
+    const double zy = zi[y];
+    term[0] += softmax_in_place(zi, c) - zy;  // -log softmax(z)_y = log sum exp(z) - z_y
+    zi[y] -= 1.0;
+    for (std::int64_t k = 0; k < c; ++k) grad_b[k] += zi[k];
+  }
+}
+
+/// block_term with single-precision products: per sub-block sgemm logits, then the gradient
+/// G^T X accumulated in float over the whole sum block and added to the double term once.
+void block_term_f32(Problem& pb, const double* b, std::int64_t first, std::int64_t count, double* term) {
+  const std::int64_t c = pb.classes, d = pb.features;
+  pb.z.resize(static_cast<std::size_t>(detail::kSubBlockRows * c));
+  pb.z32.resize(pb.z.size());
+  pb.grad32.assign(static_cast<std::size_t>(c * d), 0.0f);
+  for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
+    const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
+    const float* x = pb.x32.data() + sub * d;
+    detail::rows_times_transpose(x, rows, d, pb.w32.data(), c, pb.z32.data());
+    std::copy(pb.z32.begin(), pb.z32.begin() + rows * c, pb.z.begin());
+    loss_and_residual(pb, b, sub, rows, term);
+    std::copy(pb.z.begin(), pb.z.begin() + rows * c, pb.z32.begin());
+    detail::add_transpose_times_rows(pb.z32.data(), rows, c, x, d, pb.grad32.data());  // += G^T X
+  }
+  for (std::int64_t i = 0; i < c * d; ++i) term[1 + i] += pb.grad32[static_cast<std::size_t>(i)];
+}
 
 /// term = [sum of losses, sum of (p - e_y) x^T (C x d), sum of (p - e_y) (C)] over one block,
 /// sub-block by sub-block in order.
 void block_term(Problem& pb, const double* w, const double* b, std::int64_t first, std::int64_t count,
                 double* term) {
+  if (pb.options->f32_products) return block_term_f32(pb, b, first, count, term);
   const std::int64_t c = pb.classes, d = pb.features;
-  double* grad_w = term + 1;
-  double* grad_b = term + 1 + c * d;
   pb.z.resize(static_cast<std::size_t>(detail::kSubBlockRows * c));
   for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
     const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
-    logits(w, b, c, d, pb.data->row(sub), rows, pb.z.data());
-    for (std::int64_t i = 0; i < rows; ++i) {
-      double* zi = pb.z.data() + i * c;
-      const std::int32_t y = pb.data->labels[static_cast<std::size_t>(sub + i)];
-      const double zy = zi[y];
-      term[0] += softmax_in_place(zi, c) - zy;  // -log softmax(z)_y = log sum exp(z) - z_y
-      zi[y] -= 1.0;
-      for (std::int64_t k = 0; k < c; ++k) grad_b[k] += zi[k];
-    }
-    detail::add_transpose_times_rows(pb.z.data(), rows, c, pb.data->row(sub), d, grad_w);  // += G^T X
+    detail::rows_times_transpose(pb.data->row(sub), rows, d, w, c, pb.z.data());
+    loss_and_residual(pb, b, sub, rows, term);
+    detail::add_transpose_times_rows(pb.z.data(), rows, c, pb.data->row(sub), d, term + 1);  // += G^T X
   }
 }
 
@@ -76,6 +106,7 @@ double objective_and_gradient(Problem& pb, const double* x, double* g) {
   const double* w = x;
   const double* b = x + c * d;
   const auto width = static_cast<std::size_t>(1 + c * (d + 1));
+  if (pb.options->f32_products) pb.w32.assign(w, w + c * d);
   const std::vector<double> sum = exact_sum_over_samples(
       *pb.comm, *pb.part, width,
       [&](std::int64_t first, std::int64_t count, double* term) { block_term(pb, w, b, first, count, term); });
@@ -110,7 +141,8 @@ LogisticRegressionResult fit_logistic_regression(coll::Communicator& comm, const
                                                  const DatasetSlice& data, const LogisticRegressionOptions& options) {
   check_options(data, options);
   const detail::SingleBlasThread one_blas_thread;
-  Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}};
+  Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}, {}, {}, {}, {}};
+  if (options.f32_products) pb.x32.assign(data.samples.begin(), data.samples.end());
   detail::LbfgsOptions lo;
   lo.max_iter = options.max_iter;
   lo.tol = options.tol;
