@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
 #include <thread>
 
 #include "hpctrain/serve/request_batcher.hpp"
@@ -90,6 +94,28 @@ TEST(RequestBatcher, TheWaitIsBoundedByMaxWait) {
   EXPECT_EQ(b.next_batch().size(), 1u);
 }
 
+// Other ranks' takers (not preferred) take work when rank 0's taker is not waiting for it.
+TEST(RequestBatcher, AnOtherRankTakesWhenRankZeroIsBusy) {
+  RequestBatcher b(2, kHour);
+  for (std::int64_t rows : {2, 2}) {
+    b.announce();
+    b.submit(request(rows));
+  }
+  const RequestBatch first = b.next_batch(false);  // no preferred taker waiting: no hang
+  const RequestBatch second = b.next_batch(true);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_NE(first[0], second[0]);
+}
+
+// A closed batcher releases a waiting non-preferred taker.
+TEST(RequestBatcher, CloseReleasesOtherRanksTakers) {
+  RequestBatcher b(2, kHour);
+  std::thread other([&] { EXPECT_TRUE(b.next_batch(false).empty()); });
+  b.close();
+  other.join();
+}
+
 TEST(RequestBatcher, CloseDrainsThenReturnsEmpty) {
   RequestBatcher b(64, kHour);
   b.announce();
@@ -103,6 +129,32 @@ TEST(RequestParsing, AcceptsInstancesOfTheRightLength) {
   const ParsedInstances p = parse_predict_request(R"({"instances": [[0, 0.5, 1], [0.25, 0.125, 2e-3]]})", 3, 10);
   ASSERT_EQ(p.rows, 2);
   EXPECT_EQ(p.values, (std::vector<float>{0.0f, 0.5f, 1.0f, 0.25f, 0.125f, 2e-3f}));
+}
+
+// The direct scanner (the common body) and the DOM path (here: a body with one more key, which
+// the scanner leaves to it) must read the same floats bit for bit.
+TEST(RequestParsing, ScannerAndDomReadTheSameBits) {
+  std::string numbers;
+  std::mt19937_64 rng(5);
+  std::vector<std::string> texts = {"0", "-0", "-0.0", "1", "-7", "123456789012", "18446744073709551615", "0.1", "1e-3", "5E-2", "-123.456e+2", "0.30000000000000004",
+                                    "3.4028234663852886e38", "1.401298464324817e-45", "7.0000001", "2.5e-8"};
+  for (int i = 0; i < 200; ++i) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.*g", static_cast<int>(rng() % 17) + 1, std::ldexp(static_cast<double>(rng() >> 11), -53));
+    texts.push_back(b);
+  }
+  const auto width = static_cast<std::int64_t>(texts.size());
+  std::string row;
+  for (std::size_t i = 0; i < texts.size(); ++i) row += (i ? " ,\n" : "") + texts[i];
+  const std::string fast = "{ \"instances\" :[ [" + row + "],[" + row + "] ] }\n";
+  const std::string dom = "{\"x\": 1, \"instances\": [[" + row + "], [" + row + "]]}";
+  const ParsedInstances a = parse_predict_request(fast, width, 10), b = parse_predict_request(dom, width, 10);
+  ASSERT_EQ(a.rows, 2);
+  ASSERT_EQ(b.rows, 2);
+  ASSERT_EQ(a.values.size(), b.values.size());
+  for (std::size_t i = 0; i < a.values.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a.values[i], &b.values[i], sizeof(float)), 0) << texts[i % texts.size()];
+  }
 }
 
 TEST(RequestParsing, RefusesWithMessagesNamingTheProblem) {
@@ -120,6 +172,12 @@ TEST(RequestParsing, RefusesWithMessagesNamingTheProblem) {
   EXPECT_NE(message(R"({"instances": [[1, 2]]})").find("instance 0 must be an array of 3 numbers, got 2"), std::string::npos);
   EXPECT_NE(message(R"({"instances": [[1, 2, 3], [1, true, 3]]})").find("instance 1 value 1 is not a number"), std::string::npos);
   EXPECT_NE(message(R"({"instances": [[1, 2, 1e39]]})").find("instance 0 value 2 is not finite"), std::string::npos);
+  EXPECT_NE(message(R"({"instances": [[1, 2, 1e400]]})").find("malformed JSON"), std::string::npos);  // overflow
+  EXPECT_NE(message(R"({"instances": [[1, 2, 01]]})").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"instances": [[1, 2, .5]]})").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"instances": [[1, 2, NaN]]})").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"instances": [[1, 2, 3]]} x)").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"instances": [[1, 2, 3],]})").find("malformed JSON"), std::string::npos);
   EXPECT_NE(message(R"({"instances": [[1, 2, 3], [1, 2, 3], [1, 2, 3]]})").find("too many instances: 3 (at most 2"),
             std::string::npos);
 }

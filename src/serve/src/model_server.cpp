@@ -71,7 +71,7 @@ void ModelServer::run_worker(std::size_t index) {
       }
       loaded = generation;
     }
-    const RequestBatch batch = batcher_.next_batch();
+    const RequestBatch batch = batcher_.next_batch(/*preferred=*/index == 0);  // runner 0: rank 0's own model
     if (batch.empty()) return;
     run_batch(runner, batch);
   }

@@ -4,8 +4,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <thread>
 
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/serve/serve_options.hpp"
 
 namespace hpctrain::serve {
 
@@ -15,6 +17,18 @@ constexpr int kHeader = 701, kPayload = 702, kResult = 703;
 enum class Kind : std::int64_t { batch = 1, reload = 2, stop = 3 };
 
 void check_mpi(int rc, const char* what) { HPCTRAIN_REQUIRE(rc == MPI_SUCCESS, std::string("serve: MPI ") + what + " failed"); }
+
+/// MPI_Recv without holding a core while nothing comes (serve_options.hpp: kMessagePollPause).
+void receive(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, const char* what) {
+  MPI_Request request;
+  check_mpi(MPI_Irecv(buf, count, type, source, tag, comm, &request), what);
+  int done = 0;
+  for (int spin = 0; spin < kMessageSpinTests && !done; ++spin) check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+  while (!done) {
+    std::this_thread::sleep_for(kMessagePollPause);
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+  }
+}
 
 class LocalRunner final : public BatchRunner {
  public:
@@ -45,12 +59,10 @@ class RemoteRunner final : public BatchRunner {
   std::int64_t run(const float* x, std::int64_t rows, float* p, std::int32_t* y) override {
     send_header(Kind::batch, rows);
     check_mpi(MPI_Send(x, static_cast<int>(rows * input_size_), MPI_FLOAT, rank_, kPayload, comm_), "send batch");
-    check_mpi(MPI_Recv(p, static_cast<int>(rows * classes_), MPI_FLOAT, rank_, kResult, comm_, MPI_STATUS_IGNORE),
-              "receive probabilities");
-    check_mpi(MPI_Recv(y, static_cast<int>(rows), MPI_INT32_T, rank_, kResult, comm_, MPI_STATUS_IGNORE),
-              "receive predictions");
+    receive(p, static_cast<int>(rows * classes_), MPI_FLOAT, rank_, kResult, comm_, "receive probabilities");
+    receive(y, static_cast<int>(rows), MPI_INT32_T, rank_, kResult, comm_, "receive predictions");
     std::int64_t step = 0;
-    check_mpi(MPI_Recv(&step, 1, MPI_INT64_T, rank_, kResult, comm_, MPI_STATUS_IGNORE), "receive step");
+    receive(&step, 1, MPI_INT64_T, rank_, kResult, comm_, "receive step");
     return step;
   }
 
@@ -59,14 +71,14 @@ class RemoteRunner final : public BatchRunner {
     send_header(Kind::reload, static_cast<std::int64_t>(text.size()));
     check_mpi(MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, rank_, kPayload, comm_), "send reload");
     std::int64_t reply[2] = {0, 0};
-    check_mpi(MPI_Recv(reply, 2, MPI_INT64_T, rank_, kResult, comm_, MPI_STATUS_IGNORE), "receive reload status");
+    receive(reply, 2, MPI_INT64_T, rank_, kResult, comm_, "receive reload status");
     if (reply[0] == 0) {
       MPI_Status status;
       check_mpi(MPI_Probe(rank_, kResult, comm_, &status), "probe reload error");
       int n = 0;
       MPI_Get_count(&status, MPI_CHAR, &n);
       std::string why(static_cast<std::size_t>(n), '\0');
-      check_mpi(MPI_Recv(why.data(), n, MPI_CHAR, rank_, kResult, comm_, MPI_STATUS_IGNORE), "receive reload error");
+      receive(why.data(), n, MPI_CHAR, rank_, kResult, comm_, "receive reload error");
       HPCTRAIN_FAIL("rank " + std::to_string(rank_) + " could not reload: " + why);
     }
   }
@@ -104,13 +116,13 @@ void serve_worker_loop(MPI_Comm comm, std::unique_ptr<InferenceModel> model) {
   std::vector<std::int32_t> y;
   for (;;) {
     std::int64_t header[2] = {0, 0};
-    check_mpi(MPI_Recv(header, 2, MPI_INT64_T, 0, kHeader, comm, MPI_STATUS_IGNORE), "receive header");
+    receive(header, 2, MPI_INT64_T, 0, kHeader, comm, "receive header");
     const auto kind = static_cast<Kind>(header[0]);
     const std::int64_t n = header[1];
     if (kind == Kind::stop) return;
     if (kind == Kind::reload) {
       std::string text(static_cast<std::size_t>(n), '\0');
-      check_mpi(MPI_Recv(text.data(), static_cast<int>(n), MPI_CHAR, 0, kPayload, comm, MPI_STATUS_IGNORE), "receive reload");
+      receive(text.data(), static_cast<int>(n), MPI_CHAR, 0, kPayload, comm, "receive reload");
       std::string why;
       try {
         model = std::make_unique<InferenceModel>(source_from_json_text(text));
@@ -125,7 +137,7 @@ void serve_worker_loop(MPI_Comm comm, std::unique_ptr<InferenceModel> model) {
     x.resize(static_cast<std::size_t>(n * model->input_size()));
     p.resize(static_cast<std::size_t>(n * model->classes()));
     y.resize(static_cast<std::size_t>(n));
-    check_mpi(MPI_Recv(x.data(), static_cast<int>(x.size()), MPI_FLOAT, 0, kPayload, comm, MPI_STATUS_IGNORE), "receive batch");
+    receive(x.data(), static_cast<int>(x.size()), MPI_FLOAT, 0, kPayload, comm, "receive batch");
     model->predict_raw(x.data(), n, p.data(), y.data());
     const std::int64_t step = model->source().step;
     check_mpi(MPI_Send(p.data(), static_cast<int>(p.size()), MPI_FLOAT, 0, kResult, comm), "send probabilities");

@@ -36,9 +36,15 @@ void RequestBatcher::close() {
   changed_.notify_all();
 }
 
-RequestBatch RequestBatcher::next_batch() {
+RequestBatch RequestBatcher::next_batch(bool preferred) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return !queue_.empty() || closed_; });
+  if (preferred) {
+    ++preferred_waiting_;
+    changed_.wait(lock, [&] { return !queue_.empty() || closed_; });
+    --preferred_waiting_;
+  } else {
+    changed_.wait(lock, [&] { return (!queue_.empty() && preferred_waiting_ == 0) || closed_; });
+  }
   RequestBatch batch;
   if (queue_.empty()) return batch;  // closed and drained
   const auto deadline = queue_.front()->queued + max_wait_;
@@ -50,7 +56,10 @@ RequestBatch RequestBatcher::next_batch() {
       queue_.pop_front();
     }
     const bool full = rows >= max_batch_ || !queue_.empty();  // the next request does not fit
-    if (full || parsing_ == 0 || closed_ || std::chrono::steady_clock::now() >= deadline) return batch;
+    if (full || parsing_ == 0 || closed_ || std::chrono::steady_clock::now() >= deadline) {
+      if (!queue_.empty()) changed_.notify_all();  // what is left is another taker's
+      return batch;
+    }
     changed_.wait_until(lock, deadline);
   }
 }

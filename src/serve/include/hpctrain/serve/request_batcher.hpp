@@ -34,7 +34,10 @@ using RequestBatch = std::vector<std::shared_ptr<PendingRequest>>;
 /// instances fit in `max_batch` (a single larger request goes alone). If the batch is not full
 /// and other requests are still being parsed (announce() without submit()/withdraw()), it waits
 /// for them, at most until `max_wait` after the oldest request was queued; otherwise it runs at
-/// once, so an idle server adds no wait. Thread-safe.
+/// once, so an idle server adds no wait. Takers are preferred (rank 0's own model: no message
+/// round trip) or not (other ranks): a non-preferred taker leaves the queue to a preferred one
+/// that is waiting, so a lightly loaded server answers from rank 0 and the other ranks take
+/// batches only while rank 0 is busy. Thread-safe.
 class RequestBatcher {
  public:
   RequestBatcher(std::int64_t max_batch, std::chrono::microseconds max_wait);
@@ -47,7 +50,7 @@ class RequestBatcher {
   void withdraw();
   /// Blocks until a batch is ready (see the rule); empty once close() was called and the queue
   /// has been drained.
-  RequestBatch next_batch();
+  RequestBatch next_batch(bool preferred = true);
   /// No more requests: next_batch() drains what is queued, then returns empty batches.
   void close();
 
@@ -59,6 +62,7 @@ class RequestBatcher {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<PendingRequest>> queue_;
   std::int64_t parsing_ = 0;
+  std::int64_t preferred_waiting_ = 0;  ///< preferred takers blocked in next_batch
   bool closed_ = false;
 };
 

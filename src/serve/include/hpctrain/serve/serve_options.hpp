@@ -2,6 +2,7 @@
 /// @file
 /// Every knob of `hpctrain serve` (its flags) and its default, in one place.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,5 +26,13 @@ struct ServeOptions {
   int keep_alive_max_requests = 100000;  ///< requests per connection before it is closed
   double stop_poll_s = 0.02;             ///< how often rank 0 looks at the SIGTERM flag
 };
+
+/// How the ranks wait for each other's messages (rank_workers.cpp). Open MPI's blocking calls
+/// poll without pause, so an idle rank (or rank 0's thread waiting for a rank's result) would
+/// keep a core busy that the HTTP threads and the other ranks need: measured at 2 ranks on 2
+/// cores, P = 2 served fewer requests than P = 1. A wait tests this many times back to back
+/// (a reply that is nearly there), then sleeps between tests.
+inline constexpr int kMessageSpinTests = 200;
+inline constexpr std::chrono::microseconds kMessagePollPause{20};  ///< adds at most this to a reply
 
 }  // namespace hpctrain::serve
