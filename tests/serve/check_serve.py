@@ -59,6 +59,16 @@ r.must(2, "predict", "--checkpoint", ckpt, "--data", test_h5, "--out", pred_file
 with h5py.File(pred_file, "r") as f:
     want_pred, want_prob = f["predictions"][...], f["probabilities"][...]
 
+# --- bad flags and a damaged checkpoint: one message, every rank non-zero ---------------------
+for args, expect in ((["--checkpoint", ckpt, "--max-batch", "0"], "--max-batch must be at least 1"),
+                     (["--checkpoint", ckpt, "--port", "70000"], "--port must lie in [0, 65535]"),
+                     (["--checkpoint", r.path("nowhere")], "is not a directory"),
+                     (["--checkpoint", ckpt, "--max-wait-us", "-5"], "--max-wait-us")):
+    rc, out = r.run(2, "serve", *args, timeout=120)
+    if rc == 0 or out.count(expect) != 1:
+        fail(f"serve {' '.join(args)}: exit {rc}, expected {expect!r} once:\n{out}")
+    print(f"serve refused: {expect}")
+
 log_path = r.path("serve.log")
 log = open(log_path, "w")
 server = subprocess.Popen(r.mpi_command(2, "serve", "--checkpoint", ckpt, "--port", "0", "--max-instances", "64",
