@@ -31,10 +31,10 @@ mkdir -p "$out/hpctrain" "$out/ray"
 
 venv=${HPCTRAIN_RAY_VENV:-$build/ray-venv}
 python=$venv/bin/python
-if ! "$python" -c "import ray, torch; assert ray.__version__.startswith('2.60') and torch.__version__.startswith('2.15')" 2>/dev/null; then
-  echo "compare-ray-serve: installing ray[serve]==2.60.0 and torch==2.15.0 from PyPI into $venv (once; minutes)" >&2
+if ! "$python" -c "import ray, torch, h5py; assert ray.__version__.startswith('2.60') and torch.__version__.startswith('2.15')" 2>/dev/null; then
+  echo "compare-ray-serve: installing ray[serve]==2.60.0, torch==2.15.0 and h5py (torch_ddp.py imports it) from PyPI into $venv (once; minutes)" >&2
   /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "ray[serve]==2.60.0" torch==2.15.0
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "ray[serve]==2.60.0" torch==2.15.0 h5py numpy
 fi
 
 "$root/scripts/load-test-serve.sh" --build "$build" --out "$out/hpctrain" --duration "$duration" \
@@ -45,7 +45,8 @@ RAY_USAGE_STATS_ENABLED=0 "$python" "$root/benchmarks/peers/ray_serve_mlp.py" --
 ray_pid=$!
 stop_ray() {
   kill -TERM "$ray_pid" 2> /dev/null || true
-  wait "$ray_pid" 2> /dev/null || true
+  for _ in $(seq 300); do kill -0 "$ray_pid" 2> /dev/null || break; sleep 0.1; done
+  kill -KILL "$ray_pid" 2> /dev/null || true
   "$venv/bin/ray" stop --force > /dev/null 2>&1 || true
 }
 trap stop_ray EXIT

@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 
+import ray
 import torch
 from ray import serve
 from starlette.requests import Request
@@ -59,4 +60,4 @@ signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 signal.signal(signal.SIGINT, lambda *_: stop.append(1))
 while not stop:
     time.sleep(0.2)
-serve.shutdown()
+ray.shutdown()  # serve.shutdown() can wait a long time for its graceful drain; the load is over
