@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <string>
 
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/serve/http_service.hpp"
@@ -12,11 +13,10 @@ namespace hpctrain::cli {
 
 namespace {
 
-void add_threads_option(CLI::App& cmd, InferenceArgs& a) {
+void add_threads_option(CLI::App& cmd, InferenceArgs& a, const std::string& more) {
   cmd.add_option("--threads-per-rank", a.threads_per_rank,
                  "Compute threads (OpenBLAS, oneDNN) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, the "
-                 "launcher's binding, or cores / ranks on the node. Output bytes do not depend on the rank count "
-                 "at the same threads per rank")
+                 "launcher's binding, or cores / ranks on the node" + more)
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
 }
@@ -38,7 +38,7 @@ void add_predict_command(CLI::App& app, InferenceArgs& a) {
   a.predict->add_option("--batch", o.batch, "Samples per forward pass (the unit of work a rank takes)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
       ->capture_default_str();
-  add_threads_option(*a.predict, a);
+  add_threads_option(*a.predict, a, ". Output bytes do not depend on the rank count (docs/serving.md)");
 }
 
 int run_predict(const InferenceArgs& a, coll::Communicator& comm) {
@@ -58,7 +58,7 @@ int run_predict(const InferenceArgs& a, coll::Communicator& comm) {
 void add_inference_commands(CLI::App& app, InferenceArgs& a) {
   add_predict_command(app, a);
   a.serve = add_serve_command(app, a.serve_options);
-  add_threads_option(*a.serve, a);
+  add_threads_option(*a.serve, a, "");
 }
 
 bool inference_chosen(const InferenceArgs& a) { return (a.predict && *a.predict) || (a.serve && *a.serve); }

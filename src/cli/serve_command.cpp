@@ -5,7 +5,8 @@ namespace hpctrain::cli {
 CLI::App* add_serve_command(CLI::App& app, hpctrain::serve::ServeOptions& o) {
   CLI::App* serve = app.add_subcommand(
       "serve", "HTTP model server from a checkpoint: rank 0 takes requests, batches them dynamically and hands whole "
-               "batches to every rank (docs/serving.md). SIGTERM: finish the requests in flight, exit 0");
+               "batches to every rank (docs/serving.md). SIGTERM to the ranks: answer the requests in flight, exit 0 "
+               "(a SIGTERM to mpirun makes Open MPI kill the ranks soon after)");
   serve->add_option("--checkpoint", o.checkpoint,
                     "A checkpoint directory (its newest valid step) or one step-<N> directory; a damaged checkpoint "
                     "is refused by name")
