@@ -86,6 +86,7 @@ template <class T>
 Tensor<T> Sequential<T>::backward(const Tensor<T>& dy, bool need_input_grad,
                                   const std::function<void(std::size_t)>& on_layer_done) {
   HPCTRAIN_REQUIRE(finalized_, "backward before finalize");
+  HPCTRAIN_REQUIRE(has_gradients(), "backward on a model whose gradients were released (inference only)");
   Tensor<T> g = dy;
   for (std::size_t l = layers_.size(); l-- > 0;) {
     g = layers_[l]->backward(g, l > 0 || need_input_grad);
@@ -97,6 +98,12 @@ Tensor<T> Sequential<T>::backward(const Tensor<T>& dy, bool need_input_grad,
 template <class T>
 void Sequential<T>::zero_gradients() {
   Kokkos::deep_copy(grads_, T(0));
+}
+
+template <class T>
+void Sequential<T>::release_gradients() {
+  for (auto& layer : layers_) layer->unbind_gradients();
+  grads_ = core::Vec<T>();
 }
 
 template <class T>

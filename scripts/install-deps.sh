@@ -18,6 +18,8 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev
   # small libraries used by the code
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev zlib1g-dev
+  # `hpctrain serve`'s HTTP server; wrk drives scripts/load-test-serve.sh
+  libcpp-httplib-dev wrk
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files

@@ -45,6 +45,8 @@ CMAKE_TO_SPACK = {
     "fmt": "fmt",
     "PkgConfig": "pkgconfig",
     "libxxhash": "xxhash",
+    "httplib": "cpp-httplib",  # hpctrain::serve: a CMake package (Spack's header-only install)
+    "cpp-httplib": "cpp-httplib",  # or pkg-config (Debian's compiled libcpp-httplib-dev)
     "ucx": "ucx",
     "dnnl": "onednn",
     "GTest": "googletest",

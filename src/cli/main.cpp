@@ -1,4 +1,4 @@
-// The `hpctrain` command: train, data import-idx, ckpt inspect/export, tune-collectives.
+// The `hpctrain` command: train, data import-idx, ckpt inspect/export, tune-collectives, predict, serve.
 //
 // Exit codes: 0 success; 1 error (one line on stderr, every rank ends through MPI_Abort);
 // 2 usage error (bad flag or value, reported by rank 0); 75 preempted: a checkpoint was written
@@ -29,6 +29,7 @@
 #include "hpctrain/train/trainer.hpp"
 #include "import_csv_command.hpp"
 #include "ml_commands.hpp"
+#include "predict_command.hpp"
 #include "tune_collectives.hpp"
 
 namespace fs = std::filesystem;
@@ -379,6 +380,9 @@ int main(int argc, char** argv) {
   hpctrain::cli::MlArgs ml_args;
   CLI::App* ml = hpctrain::cli::add_ml_commands(app, ml_args);
 
+  hpctrain::cli::InferenceArgs inference_args;
+  hpctrain::cli::add_inference_commands(app, inference_args);
+
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     insert_config_arguments(args);
@@ -414,6 +418,7 @@ int main(int argc, char** argv) {
     if (*ckpt.inspect) return run_ckpt_inspect(ckpt.dir, comm);
     if (*import_csv) return hpctrain::cli::run_import_csv(csv_args, comm);
     if (*ml) return hpctrain::cli::run_ml(ml_args, comm);
+    if (hpctrain::cli::inference_chosen(inference_args)) return hpctrain::cli::run_inference(inference_args, comm);
     if (*ckpt.exporter) {
       if (comm.rank() == 0) {
         const auto n = hpctrain::io::export_checkpoint(ckpt.dir, ckpt.export_out);

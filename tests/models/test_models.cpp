@@ -35,6 +35,22 @@ TEST(Registry, MlpHasTheSpecifiedLayout) {
   EXPECT_EQ(info[5].shape, (Shape{10}));
 }
 
+// Inference models (src/serve) free the gradient buffer: forward is unchanged bit for bit,
+// backward refuses instead of writing into freed memory.
+TEST(Sequential, ReleasedGradientsKeepForwardAndRefuseBackward) {
+  for (const char* name : {"mlp", "cnn"}) {
+    const auto model = build_model<float>(json{{"name", name}});
+    const auto x = random_tensor<float>("x", {3, 1, 28, 28}, 7);
+    const std::vector<float> before = core::to_host(model->forward(x, false).data);
+    model->release_gradients();
+    EXPECT_FALSE(model->has_gradients()) << name;
+    EXPECT_EQ(model->gradient_buffer().extent(0), 0u) << name;
+    const core::Tensor<float> y = model->forward(x, false);
+    EXPECT_EQ(core::to_host(y.data), before) << name;
+    EXPECT_THROW(model->backward(y), Error) << name;
+  }
+}
+
 TEST(Registry, CnnHasTheSpecifiedLayout) {
   const auto model = build_model<float>(json{{"name", "cnn"}});
   // conv 5x5x1x32 + 32, conv 5x5x32x64 + 64, dense 64*7*7 -> 256, dense 256 -> 10.

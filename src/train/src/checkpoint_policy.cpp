@@ -72,6 +72,9 @@ void save_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Se
   meta["optimizer_step_count"] = optimizer.step_count();
   meta["parameter_checksum"] = parameter_checksum(h.params.data(), h.params.size());
   meta["reason"] = reason;
+  // What predict/serve must apply to an input before the model sees it (docs/serving.md);
+  // checkpoints written before this field read as the trainer's defaults.
+  meta["input_normalization"] = {{"mean", o.normalize_mean}, {"std", o.normalize_std}};
   const auto r = io::write_checkpoint(comm, o.checkpoint_dir, step, meta, checkpoint_tensors(model, h), o.keep);
   if (chatty) {
     std::printf("hpctrain: checkpoint %s (%s): %.1f MB in %.2f s (%.0f MB/s)\n", r.path.c_str(), reason,

@@ -50,6 +50,8 @@ class Layer {
 
   /// Called once by the model: views for the parameters and gradients, in spec order.
   void bind(std::vector<Tensor<T>> params, std::vector<Tensor<T>> grads);
+  /// Forgets the gradient views (inference: Sequential::release_gradients); backward then throws.
+  void unbind_gradients() { grads_.clear(); }
   /// The bound parameters / gradients, named by spec ("weight", "bias").
   std::vector<NamedTensor<T>> parameters() const { return named(params_); }
   std::vector<NamedTensor<T>> gradients() const { return named(grads_); }

@@ -53,6 +53,10 @@ class Sequential {
                      const std::function<void(std::size_t layer)>& on_layer_done = {});
   /// Sets the gradient buffer to zero (call once per step, before the first backward).
   void zero_gradients();
+  /// Inference only: frees the gradient buffer (the layers forget their views into it), so a
+  /// forward-only model holds its parameters alone. backward() then throws; irreversible.
+  void release_gradients();
+  bool has_gradients() const { return grads_.extent(0) > 0 || params_.extent(0) == 0; }
   /// Where dropout draws from: the training step and the global index of the first sample of
   /// this rank's part of the batch.
   void set_rng_position(std::uint64_t step, std::int64_t first_sample);

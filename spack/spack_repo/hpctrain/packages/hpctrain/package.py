@@ -86,6 +86,7 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("nlohmann-json@3.9:")
     depends_on("fmt")
     depends_on("xxhash@0.8:")  # XXH3_64bits
+    depends_on("cpp-httplib@0.11:")  # hpctrain::serve: `hpctrain serve`'s HTTP server
     depends_on("zlib-api")  # io: gzip-compressed IDX import
     depends_on("ucx@1.12:", when="+ucx")
     depends_on("onednn@2.6:", when="+onednn")
