@@ -3,6 +3,7 @@
 # one session; prints one Markdown table. See docs/ml.md ("Against scikit-learn and Spark").
 #
 #   scripts/compare-spark-sklearn.sh [--build DIR] [--out DIR] [--tasks "logreg kmeans linreg"]
+#       (logreg runs hpctrain twice: --products f64, the default, and f32)
 #       [--peers "sklearn spark"] [--ranks C] [--l2 1e-4] [--k 10] [--max-iter 300]
 #       [--logreg-tol 1e-6] [--kmeans-tol 1e-4] [--reg-rows 10000000] [--reg-cols 20]
 #
@@ -100,18 +101,19 @@ fi
   echo "peers: $("$python" -c 'import sklearn, pyspark; print("scikit-learn", sklearn.__version__, "pyspark", pyspark.__version__)')"
 } | tee "$out/context.txt"
 
-run_hpctrain() {  # task -> JSON line (fit_seconds from hpctrain's summary, scored by ml_peers.py)
-  local task=$1 model=$out/hpctrain-$1.h5 metrics=$out/hpctrain-$1.jsonl
+run_hpctrain() {  # task label [extra args] -> JSON line (fit_seconds from hpctrain's summary, scored by ml_peers.py)
+  local task=$1 label=$2; shift 2
+  local model=$out/$label-$task.h5 metrics=$out/$label-$task.jsonl
   local -a args
   case $task in
     logreg) args=(logreg --data "$fashion_train" --eval-data "$fashion_test" --l2 "$l2" --max-iter "$max_iter" --tol "$logreg_tol") ;;
     kmeans) args=(kmeans --data "$fashion_train" --k "$k" --max-iter "$max_iter" --tol "$kmeans_tol") ;;
     linreg) args=(linreg --data "$reg") ;;
   esac
-  mpirun -n "$ranks" --oversubscribe --bind-to core "$hpctrain" ml "${args[@]}" --metrics "$metrics" --out "$model" >&2
+  mpirun -n "$ranks" --oversubscribe --bind-to core "$hpctrain" ml "${args[@]}" "$@" --metrics "$metrics" --out "$model" >&2
   local fit_s
   fit_s=$("$python" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["fit_seconds"])' "$metrics")
-  score "$task" hpctrain --model "$model" | "$python" -c 'import json,sys; d=json.loads(sys.stdin.read()); d["fit_seconds"]=float(sys.argv[1]); print(json.dumps(d))' "$fit_s"
+  score "$task" hpctrain --model "$model" | "$python" -c 'import json,sys; d=json.loads(sys.stdin.read()); d["fit_seconds"]=float(sys.argv[1]); d["peer"]=sys.argv[2]; print(json.dumps(d))' "$fit_s" "$label"
 }
 score() {  # task peer [extra] -> JSON line
   local task=$1 peer=$2; shift 2
@@ -125,7 +127,11 @@ results=$out/results.jsonl
 : > "$results"
 for task in $tasks; do
   echo "compare-spark-sklearn: $task: hpctrain" >&2
-  run_hpctrain "$task" | tee -a "$results"
+  run_hpctrain "$task" hpctrain | tee -a "$results"
+  if [[ $task == logreg ]]; then
+    echo "compare-spark-sklearn: $task: hpctrain --products f32" >&2
+    run_hpctrain "$task" hpctrain-f32 --products f32 | tee -a "$results"
+  fi
   for peer in $peers; do
     echo "compare-spark-sklearn: $task: $peer" >&2
     score "$task" "$peer" | tee -a "$results"
@@ -135,7 +141,7 @@ done
 "$python" - "$results" <<'PY' | tee "$out/table.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| task | side | fit s | iterations | objective / inertia | test acc | hpctrain speed-up |")
+print("| task | side | fit s | iterations | objective / inertia / intercept | test acc | hpctrain speed-up |")
 print("|---|---|---|---|---|---|---|")
 for r in rows:
     h = next(x for x in rows if x["task"] == r["task"] and x["peer"] == "hpctrain")

@@ -68,7 +68,7 @@ def spark_frame(spark, x, y, path):
 def spark_fit(a, x, y):
     from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master(f"local[{a.cores}]").appName("hpctrain-peer")
-             .config("spark.driver.memory", a.spark_memory).config("spark.ui.enabled", "false").getOrCreate())
+             .config("spark.driver.memory", a.spark_memory).config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     df = spark_frame(spark, x, y.astype(np.float64), a.scratch)
     if a.task == "logreg":

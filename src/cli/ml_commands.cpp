@@ -95,7 +95,9 @@ void describe_fit_data(const FitData& f, ml::ModelFileContents& m) {
 }
 
 int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
-  const FitData f = read_fit_data(a, comm, {});
+  ml::SliceColumns columns;
+  columns.labels_if_present = true;  // for the purity
+  const FitData f = read_fit_data(a, comm, columns);
   const auto& part = f.part;
   const auto& data = f.data;
   ml::KMeansOptions o;
@@ -117,19 +119,25 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
   const auto start = std::chrono::steady_clock::now();
   const auto r = ml::fit_kmeans(comm, part, data, o);
   const double fit_s = seconds_since(start);
+  const bool labelled = data.classes >= 2;  // the file's attribute: the same on every rank
+  const double purity = labelled ? ml::kmeans_purity(comm, part, data, r) : -1.0;
   if (speak) {
-    metrics.write({{"type", "summary"}, {"inertia", r.inertia}, {"iterations", r.iterations},
-                   {"converged", r.converged}, {"fit_seconds", fit_s}});
+    nlohmann::json summary{{"type", "summary"}, {"inertia", r.inertia}, {"iterations", r.iterations},
+                           {"converged", r.converged}, {"fit_seconds", fit_s}};
+    if (purity >= 0) summary["purity"] = purity;
+    metrics.write(summary);
     ml::ModelFileContents m;
     m.model = "kmeans";
     m.arrays.push_back({"/centroids", {static_cast<hsize_t>(r.k), static_cast<hsize_t>(r.features)}, r.centroids});
     m.real_attributes = {{"inertia", r.inertia}, {"tol", a.tol}};
+    if (purity >= 0) m.real_attributes.emplace_back("purity", purity);
     m.int_attributes = {{"iterations", r.iterations}, {"k", r.k}, {"converged", r.converged ? 1 : 0},
                         {"seed", static_cast<std::int64_t>(a.seed)}};
     describe_fit_data(f, m);
     ml::write_model_file(a.out, m);
     std::printf("kmeans: %s after %lld iterations, inertia %.17g\n", r.converged ? "converged" : "stopped at --max-iter",
                 static_cast<long long>(r.iterations), r.inertia);
+    if (purity >= 0) std::printf("kmeans: purity %.4f against /labels\n", purity);
     std::printf("hpctrain: wrote %s: %lld centroids x %lld features\n", a.out.c_str(), static_cast<long long>(r.k),
                 static_cast<long long>(r.features));
     std::fflush(stdout);

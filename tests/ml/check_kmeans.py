@@ -90,6 +90,24 @@ for np_ in (1, 3):
             check(np.array_equal(got[order], centres[np.lexsort(centres.T[::-1])]),
                   f"kmeans-parallel np{np_}: centroids {got.tolist()} after one Lloyd step")
 
+# purity against /labels: numpy's majority count per cluster of the written centroids.
+lab = (np.arange(len(y)) % 3).astype(np.int32)  # arbitrary labels, so purity is well below 1
+labelled = os.path.join(args.workdir, "labelled.h5")
+write_dataset(labelled, y, labels=lab, classes=3)
+for np_ in (1, 2):
+    out = os.path.join(args.workdir, f"purity-np{np_}.h5")
+    p = run(np_, "kmeans", "--data", labelled, "--k", "3", "--out", out)
+    check(p.returncode == 0, f"kmeans purity np{np_}: {p.stderr.strip()[:400]}")
+    if p.returncode == 0:
+        with h5py.File(out) as f:
+            cent = np.array(f["centroids"])
+            got = float(f.attrs["purity"])
+        yf = y.astype(np.float32).astype(np.float64)  # the values the file holds
+        near = np.argmin(((yf[:, None, :] - cent[None]) ** 2).sum(2), 1)
+        expect = sum(np.bincount(lab[near == c], minlength=3).max() for c in range(3) if np.any(near == c)) / len(y)
+        check(abs(got - expect) < 1e-12, f"purity np{np_}: {got} vs numpy {expect}")
+        check("purity" in p.stdout, "purity not printed")
+
 # ---- bad input --------------------------------------------------------------------------
 bad = os.path.join(args.workdir, "nan.h5")
 z = x.copy()

@@ -156,7 +156,13 @@ DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& 
     s.feature_names = io::h5_read_string_array_attribute(file.get(), RegressionFormat::feature_names, file_where);
   }
   if (columns.targets) read_targets(file.get(), file_where, s);
-  if (columns.labels) read_labels(file.get(), file_where, s);
+  if (columns.labels) {
+    read_labels(file.get(), file_where, s);
+  } else if (columns.labels_if_present && io::h5_exists(file.get(), io::DatasetFormat::labels) &&
+             io::h5_has_attribute(file.get(), "classes") &&
+             io::h5_read_int_attribute(file.get(), "classes", file_where) >= 2) {
+    read_labels(file.get(), file_where, s);
+  }
   return s;
 }
 

@@ -145,4 +145,28 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
   return r;
 }
 
+double kmeans_purity(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                     const KMeansResult& model) {
+  const std::int64_t k = model.k, c = data.classes;
+  HPCTRAIN_REQUIRE(c >= 1 && static_cast<std::int64_t>(data.labels.size()) == data.rows,
+                   fmt::format("k-means: purity needs the labels of '{}'", data.path));
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(k * c), 0);
+  std::vector<std::int64_t> label(static_cast<std::size_t>(kSumBlockSamples));
+  std::vector<double> d2(label.size());
+  for (std::int64_t b = 0; b < part.block_count; ++b) {
+    const std::int64_t first = part.block_begin(b), rows = part.block_length(b);
+    nearest_centroids(data.row(first), rows, data.features, model.centroids, k, label.data(), d2.data());
+    for (std::int64_t i = 0; i < rows; ++i) {
+      ++counts[static_cast<std::size_t>(label[static_cast<std::size_t>(i)] * c +
+                                        data.labels[static_cast<std::size_t>(first + i)])];
+    }
+  }
+  comm.allreduce(counts.data(), counts.size(), coll::ReduceOp::sum);
+  std::int64_t majority = 0;
+  for (std::int64_t cl = 0; cl < k; ++cl) {
+    majority += *std::max_element(counts.begin() + cl * c, counts.begin() + (cl + 1) * c);
+  }
+  return static_cast<double>(majority) / static_cast<double>(part.total_samples);
+}
+
 }  // namespace hpctrain::ml

@@ -50,6 +50,8 @@ std::int64_t dataset_sample_count(const std::string& path);
 struct SliceColumns {
   bool targets = false;  ///< /targets (regression)
   bool labels = false;   ///< /labels and the `classes` attribute (classification)
+  /// /labels only when present with `classes` >= 1 (k-means' purity); absent is not an error.
+  bool labels_if_present = false;
 };
 
 /// Reads this rank's slice `part` of `path`. Every value must be finite: a NaN or Inf is an

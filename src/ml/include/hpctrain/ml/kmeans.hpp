@@ -70,6 +70,12 @@ struct KMeansResult {
 KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                         const KMeansOptions& options);
 
+/// Collective: purity of the clustering against the labels of `data` (read with labels):
+/// (1/N) sum over clusters of the count of its most frequent label, each sample in the cluster
+/// of its nearest centroid (nearest_centroids). Exact int64 counts: the same at any P.
+double kmeans_purity(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                     const KMeansResult& model);
+
 /// Collective: the initial centroids (k x features) of `options.init`.
 std::vector<double> initial_centroids(coll::Communicator& comm, const SamplePartition& part,
                                       const DatasetSlice& data, const KMeansOptions& options);
