@@ -141,7 +141,7 @@ done
 "$python" - "$results" <<'PY' | tee "$out/table.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| task | side | fit s | iterations | objective / inertia / intercept | test acc | hpctrain speed-up |")
+print("| task | side | fit s | iterations | objective / inertia / intercept | test acc | fit s ÷ hpctrain (f64) fit s |")
 print("|---|---|---|---|---|---|---|")
 for r in rows:
     h = next(x for x in rows if x["task"] == r["task"] and x["peer"] == "hpctrain")
