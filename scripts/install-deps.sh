@@ -16,6 +16,8 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev
   # small libraries used by the code
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev zlib1g-dev
+  # TensorBoard event files: libprotobuf + protoc (our own .proto), Boost.CRC for CRC-32C
+  libprotobuf-dev protobuf-compiler libboost-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files
