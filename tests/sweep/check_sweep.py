@@ -148,6 +148,16 @@ def scenario_deterministic():
     a, b = runs[(2, 1)], runs[(4, 2)]
     check(a[0] == b[0], f"np 2 K 1 and np 4 K 2 differ:\n{a[0]}\n{b[0]}")
     check(a[1] == b[1], f"final parameter checksums differ: {a[1]} vs {b[1]}")
+    # A trial is the ordinary trainer: `hpctrain train` at np 3 with trial 0's options ends
+    # with the same parameters.
+    params = a[0][0][0]
+    metrics = os.path.join(A.workdir, "plain.jsonl")
+    cmd = [A.mpiexec, "-n", "3", "--oversubscribe", A.hpctrain, "train", "--data", A.data, "--eval-data", A.data,
+           "--epochs", "2", "--log-every", "0", "--deterministic", "--lr", str(params["lr"]),
+           "--global-batch", str(params["global-batch"]), "--metrics", metrics, "--quiet"]
+    subprocess.run(cmd, check=True, timeout=120)
+    plain = [json.loads(line) for line in open(metrics)][-1]
+    check(plain["parameter_checksum"] == a[1][0], f"hpctrain train {plain['parameter_checksum']} != trial 0 {a[1][0]}")
 
 
 def scenario_failing_trial():

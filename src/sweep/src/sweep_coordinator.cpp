@@ -1,5 +1,6 @@
 #include "sweep_coordinator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -25,6 +26,9 @@ void SweepCoordinator::join() {
 }
 
 void SweepCoordinator::loop() noexcept {
+  // Idle polls back off from 1 to 16 ms: the thread shares rank 0's cores with its training,
+  // and a decision arriving a few ms late costs nothing against an epoch.
+  auto idle = std::chrono::milliseconds(1);
   try {
     while (groups_left_ > 0) {
       if (train::preemption_requested() && !ledger_.stopping()) {
@@ -35,8 +39,10 @@ void SweepCoordinator::loop() noexcept {
       int source = 0, tag = 0;
       if (channel_.poll(&message, &source, &tag)) {
         handle(message, source, tag);
+        idle = std::chrono::milliseconds(1);
       } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::this_thread::sleep_for(idle);
+        idle = std::min(idle * 2, std::chrono::milliseconds(16));
       }
     }
   } catch (...) {
