@@ -1,5 +1,6 @@
 #include "hpctrain/sweep/sweep_ledger.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 
@@ -28,6 +29,9 @@ SweepLedger::SweepLedger(std::string out_dir, std::vector<json> trials, json ide
   io::atomic_write_file(state.string(), identity.dump(2) + "\n");
   results_.open(results, std::ios::app);
   HPCTRAIN_REQUIRE(results_.good(), "--out: cannot write '" + results.string() + "'");
+  const fs::path reports = fs::path(out_dir_) / "reports.jsonl";
+  reports_.open(reports, std::ios::app);
+  HPCTRAIN_REQUIRE(reports_.good(), "--out: cannot write '" + reports.string() + "'");
 }
 
 void SweepLedger::load_previous(const json& identity) {
@@ -73,6 +77,10 @@ json SweepLedger::report(const json& result) {
   const auto epochs = result.at("epochs").get<std::int64_t>();
   checkpoints_[trial][epochs] = result.value("checkpoint", std::string());
   const double metric = result.at("metric").is_number() ? result.at("metric").get<double>() : NAN;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  reports_ << json{{"trial", trial}, {"epochs", epochs}, {"metric", result.at("metric")}, {"seconds", seconds}}.dump()
+           << "\n";
+  reports_.flush();
   const Decision d = scheduler_->on_result(trial, epochs, metric, result.at("params"));
   switch (d.action) {
     case Decision::Action::proceed:

@@ -2,10 +2,12 @@
 /// @file
 /// The coordinator's book of a sweep (world rank 0): which trials wait, run and have finished,
 /// the scheduler's decisions on their epoch results, and the files that record them
-/// (results.jsonl, one line per finished trial, appended and flushed as each finishes; and
+/// (results.jsonl, one line per finished trial, appended and flushed as each finishes;
+/// reports.jsonl, one line per epoch result with the seconds since the sweep started; and
 /// sweep-state.json, the trial list a --resume must match). MPI-free: the message loop that
 /// feeds it lives in sweep_coordinator.cpp.
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -64,7 +66,8 @@ class SweepLedger {
   std::int64_t interrupted_ = 0;
   std::map<std::int64_t, nlohmann::json> records_;
   std::map<std::int64_t, std::map<std::int64_t, std::string>> checkpoints_;  ///< trial -> epochs -> step dir
-  std::ofstream results_;
+  std::ofstream results_, reports_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 /// Best record by `metric` ("test_accuracy" | "test_loss") under `mode` among completed and
