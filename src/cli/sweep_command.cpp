@@ -84,7 +84,7 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& a) {
   s->add_option("--mode", a.mode, "max or min (default: max for test_accuracy, min for test_loss)");
   s->add_option("--max-concurrent", o.max_concurrent, "Trials running at once (0: one per group)")
       ->capture_default_str();
-  s->add_option("--seed", o.seed, "Seed of the trials' parameter draws and PBT's choices (default: SPACE.json's seed)");
+  a.seed = s->add_option("--seed", o.seed, "Seed of the trials' parameter draws and PBT's choices (default: SPACE.json's seed)");
   s->add_option("--asha-reduction-factor", o.asha_reduction_factor,
                 "ASHA: rungs at grace x factor^k epochs; 1/factor of the trials at a rung go on")
       ->capture_default_str();
@@ -111,6 +111,7 @@ int run_sweep_command(SweepArgs& a, Communicator& world) {
   HPCTRAIN_REQUIRE(a.mode == "max" || a.mode == "min", "--mode: expected max or min, got '" + a.mode + "'");
   o.mode = a.mode == "max" ? sweep::Mode::max : sweep::Mode::min;
   o.pbt_perturb = parse_perturb(a.perturb);
+  o.seed_given = a.seed != nullptr && a.seed->count() > 0;
   sweep::SearchSpace space = sweep::read_search_space(o.space_file, train_option_check());
   // The base alone must make a valid run; without data every trial uses Fashion-MNIST, imported
   // once here rather than by several groups at the same time.

@@ -16,6 +16,7 @@ struct SweepArgs {
   std::string scheduler = "none";
   std::string mode;  ///< empty: max for test_accuracy, min for test_loss
   std::string perturb = "0.8,1.2";
+  CLI::Option* seed = nullptr;  ///< whether --seed was given (it overrides SPACE.json's)
 };
 
 /// Adds `hpctrain sweep` and its flags to `app`.

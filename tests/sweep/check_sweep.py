@@ -117,6 +117,13 @@ def scenario_asha_np2():
     recs = check_records(out, 4, {"completed", "stopped"}, 4)
     check_best(out, recs)
     print(p.stdout)
+    # --seed overrides SPACE.json's seed: other trial parameters (the same ones for the same seed).
+    out2, out3 = os.path.join(A.workdir, "out-seed9"), os.path.join(A.workdir, "out-seed9-again")
+    for o in (out2, out3):
+        run(2, space, o, "--max-trials", "2", "--seed", "9")
+    params = {o: [r["params"] for r in sorted(results(o), key=lambda r: r["trial"])] for o in (out, out2, out3)}
+    check(params[out2] == params[out3], "the same --seed drew other parameters")
+    check(params[out2] != params[out][:2], "--seed 9 drew SPACE.json's seed-3 parameters")
 
 
 def scenario_grid_np4():

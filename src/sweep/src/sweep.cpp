@@ -97,6 +97,9 @@ int run_sweep(const SweepOptions& o, const SearchSpace& space, const TrialOption
   const auto start = std::chrono::steady_clock::now();
   validate(o, world.size());
   train::install_preemption_handlers();
+  HPCTRAIN_REQUIRE(o.max_trials >= 1 || space.algorithm == SearchAlgorithm::grid,
+                   "--max-trials must be at least 1 for a random search (0 means the whole grid only with "
+                   "\"search_algorithm\": \"grid\")");
   const std::uint64_t seed = o.seed_given ? o.seed : space.seed;
   const std::vector<json> trials = generate_trial_params(space, o.max_trials, seed);
   const int groups = world.size() / o.ranks_per_trial;
