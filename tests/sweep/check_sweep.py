@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -252,6 +253,39 @@ def scenario_pbt():
             check(any(e["accuracy"] == first["accuracy"] and e["loss"] == first["loss"] for e in donor_evals),
                   f"child {c['trial']}'s first metric {first} != parent {exploit['donor']}'s {donor_evals}")
     check_best(out, recs)
+
+
+def scenario_tensorboard():
+    """Run with the tools Python (tensorboard from PyPI): TensorBoard's own readers."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    space = write_space("tb.json", {"base": base(), "search": {"lr": {"grid": [0.01, 0.05]},
+                                                               "momentum": {"choice": [0.8, 0.9]}}})
+    out = os.path.join(A.workdir, "out")
+    run(2, space, out, "--max-trials", "2", "--tensorboard")
+
+    def load(path):
+        acc = ea.EventAccumulator(path, size_guidance={ea.SCALARS: 0})
+        acc.Reload()
+        return acc
+
+    hp = load(os.path.join(out, "trials")).PluginTagToContent("hparams")
+    exp = plugin_data_pb2.HParamsPluginData.FromString(hp["_hparams_/experiment"]).experiment
+    check(sorted(h.name for h in exp.hparam_infos) == ["lr", "momentum"], f"experiment hparams {exp.hparam_infos}")
+    check(all(h.type == 3 for h in exp.hparam_infos), "hparams are not FLOAT64")
+    check(sorted(m.name.tag for m in exp.metric_infos) == ["eval/accuracy", "eval/loss"], "experiment metrics")
+    for r in results(out):
+        acc = load(os.path.join(out, "trials", str(r["trial"]), "tensorboard"))
+        content = acc.PluginTagToContent("hparams")
+        start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+        end = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_end_info"])
+        values = {k: v.number_value for k, v in start.session_start_info.hparams.items()}
+        check(values == r["params"], f"trial {r['trial']}: session hparams {values} != record {r['params']}")
+        check(end.session_end_info.status == 1, f"trial {r['trial']}: session status {end.session_end_info.status}")
+        last = acc.Scalars("eval/accuracy")[-1].value
+        check(last == struct.unpack("f", struct.pack("f", r["test_accuracy"]))[0],
+              f"trial {r['trial']}: eval/accuracy {last} != record {r['test_accuracy']}")
 
 
 def main():

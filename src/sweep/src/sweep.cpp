@@ -7,6 +7,7 @@
 
 #include "hpctrain/collectives/agreement.hpp"
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/io/tfevents_writer.hpp"
 #include "hpctrain/sweep/asha_scheduler.hpp"
 #include "hpctrain/sweep/pbt_scheduler.hpp"
 #include "hpctrain/sweep/sweep_ledger.hpp"
@@ -82,6 +83,17 @@ void work(const TrialContext& context) {
   }
 }
 
+/// --tensorboard: the HParams experiment (the search keys, the metrics) above the trials' runs.
+void write_hparams_experiment(const SweepOptions& o, const SearchSpace& space) {
+  std::vector<std::pair<std::string, json>> hparams;
+  for (const auto& [name, d] : space.search) {
+    const bool listed = d.kind == DistributionKind::choice || d.kind == DistributionKind::grid;
+    hparams.emplace_back(name, listed ? d.values.front() : json(0.0));
+  }
+  io::TfEventsWriter((fs::path(o.out_dir) / "trials").string(), "--tensorboard")
+      .add_hparams_experiment(hparams, {"eval/accuracy", "eval/loss"});
+}
+
 void print_start(const SweepOptions& o, const SearchSpace& space, std::size_t trials, int groups) {
   std::printf("sweep: %zu trials from '%s' (%s search, scheduler %s, metric %s %s), %d groups of %d ranks, out '%s'\n",
               trials, space.file.c_str(), space.algorithm == SearchAlgorithm::grid ? "grid" : "random",
@@ -108,6 +120,7 @@ int run_sweep(const SweepOptions& o, const SearchSpace& space, const TrialOption
     fs::create_directories(o.out_dir);
     ledger.emplace(o.out_dir, trials, sweep_identity(o, space, seed), make_scheduler(o, space, seed),
                    o.max_concurrent, o.resume);
+    if (o.tensorboard) write_hparams_experiment(o, space);
     if (!o.quiet) print_start(o, space, trials.size(), groups);
   });
   coll::Communicator group = world.split(world.rank() / o.ranks_per_trial, world.rank());

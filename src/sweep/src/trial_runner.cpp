@@ -12,6 +12,7 @@
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/durable_file.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
+#include "hpctrain/io/tfevents_writer.hpp"
 #include "hpctrain/sweep/sweep_ledger.hpp"
 
 namespace hpctrain::sweep {
@@ -113,8 +114,13 @@ json run_trial(const TrialContext& c, const json& assignment) {
   json record = {{"trial", trial}};
   json lineage = json::array();  // PBT: {"donor", "epochs"} of every exploit
   train::TrainResult result;
+  std::optional<io::TfEventsWriter> hparams;  // --tensorboard: the trial as an HParams session
   try {
     if (c.group.rank() == 0) fs::create_directories(trial_dir);
+    if (c.group.rank() == 0 && c.sweep.tensorboard) {
+      hparams.emplace((trial_dir / "tensorboard").string(), "--tensorboard");
+      hparams->add_hparams_session_start(segment.params, std::to_string(trial));
+    }
     c.group.barrier();
     for (;;) {
       EpochOutcome outcome;
@@ -142,6 +148,7 @@ json run_trial(const TrialContext& c, const json& assignment) {
   record["test_loss"] = evaluated && std::isfinite(result.eval.loss) ? json(result.eval.loss) : json(nullptr);
   record["epochs_run"] = result.epochs_completed;
   record["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (hparams && record["status"] != kInterrupted) hparams->add_hparams_session_end(record["status"] != kFailed);
   if (!lineage.empty()) {
     record["parent"] = lineage.back().at("donor");  // whose checkpoint the trial's last run started from
     record["lineage"] = lineage;
