@@ -56,7 +56,8 @@ import matplotlib.pyplot as plt
 out, metric = sys.argv[1], sys.argv[2]
 field = "accuracy" if metric == "test_accuracy" else "loss"
 fig, ax = plt.subplots(figsize=(7, 4.5))
-trials = sorted(glob.glob(os.path.join(out, "trials", "*")), key=lambda d: int(os.path.basename(d)))
+trials = sorted((d for d in glob.glob(os.path.join(out, "trials", "*")) if os.path.basename(d).isdigit()),
+                key=lambda d: int(os.path.basename(d)))
 for d in trials:
     points = []
     for f in sorted(glob.glob(os.path.join(d, "metrics*.jsonl"))):
