@@ -35,7 +35,10 @@
 
 namespace fs = std::filesystem;
 using hpctrain::coll::Communicator;
-using namespace hpctrain::cli;  // NOLINT: the train options (train_options.hpp)
+using hpctrain::cli::add_train_options;  // train_options.hpp: the train flags and their mapping
+using hpctrain::cli::config_arguments;
+using hpctrain::cli::resolve_train_options;
+using hpctrain::cli::TrainArgs;
 
 namespace {
 
