@@ -95,10 +95,11 @@ void write_hparams_experiment(const SweepOptions& o, const SearchSpace& space) {
 }
 
 void print_start(const SweepOptions& o, const SearchSpace& space, std::size_t trials, int groups) {
-  std::printf("sweep: %zu trials from '%s' (%s search, scheduler %s, metric %s %s), %d groups of %d ranks, out '%s'\n",
+  std::printf("sweep: %zu trials from '%s' (%s search, scheduler %s, metric %s %s), %d trial group%s of %d rank%s, "
+              "out '%s'\n",
               trials, space.file.c_str(), space.algorithm == SearchAlgorithm::grid ? "grid" : "random",
               to_string(o.scheduler), o.metric.c_str(), o.mode == Mode::max ? "max" : "min", groups,
-              o.ranks_per_trial, o.out_dir.c_str());
+              groups == 1 ? "" : "s", o.ranks_per_trial, o.ranks_per_trial == 1 ? "" : "s", o.out_dir.c_str());
   std::fflush(stdout);
 }
 
