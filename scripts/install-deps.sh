@@ -20,6 +20,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev zlib1g-dev
   # `hpctrain serve`'s HTTP server; wrk drives scripts/load-test-serve.sh
   libcpp-httplib-dev wrk
+  # TensorBoard event files: libprotobuf + protoc (our own .proto), Boost.CRC for CRC-32C
+  libprotobuf-dev protobuf-compiler libboost-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data and independent readers of our files

@@ -21,6 +21,7 @@ for arg in "$@"; do
 done
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
+"$root/scripts/python-tools.sh"  # pinned PyPI readers the tests use (tensorboard)
 # Open MPI refuses to run as root unless told; tests run more ranks than this machine has cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1

@@ -52,6 +52,8 @@ CMAKE_TO_SPACK = {
     "GTest": "googletest",
     "benchmark": "benchmark",
     "ZLIB": "zlib-api",
+    "Protobuf": "protobuf",
+    "Boost": "boost",
     "Python3": "python",  # optional, only for the benchmark smoke test
     "hpctrain": None,  # the downstream find_package(hpctrain) test finds ourselves
 }

@@ -1,4 +1,5 @@
-// The `hpctrain` command: train, data import-idx, ckpt inspect/export, tune-collectives, predict, serve.
+// The `hpctrain` command: train, sweep, data import-idx/import-csv, ckpt inspect/export, tune-collectives,
+// ml, predict, serve.
 //
 // Exit codes: 0 success; 1 error (one line on stderr, every rank ends through MPI_Abort);
 // 2 usage error (bad flag or value, reported by rank 0); 75 preempted: a checkpoint was written
@@ -30,182 +31,23 @@
 #include "import_csv_command.hpp"
 #include "ml_commands.hpp"
 #include "predict_command.hpp"
+#include "sweep_command.hpp"
+#include "train_options.hpp"
 #include "tune_collectives.hpp"
 
 namespace fs = std::filesystem;
 using hpctrain::coll::Communicator;
+using hpctrain::cli::add_train_options;  // train_options.hpp: the train flags and their mapping
+using hpctrain::cli::config_arguments;
+using hpctrain::cli::resolve_train_options;
+using hpctrain::cli::TrainArgs;
 
 namespace {
 
 constexpr int kExitUsage = 2;
 
-/// The JSON in the regular file `path`; errors name `option` and the file (a directory opens
-/// as a stream, then fails to read with only "basic_filebuf::underflow").
-nlohmann::json parse_json_file(const std::string& option, const std::string& path, const std::string& unreadable) {
-  std::error_code ec;
-  HPCTRAIN_REQUIRE(!fs::is_directory(path, ec), option + ": '" + path + "' is a directory, not a JSON file");
-  std::ifstream in(path);
-  HPCTRAIN_REQUIRE(in.good(), option + ": '" + path + "' " + unreadable);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    HPCTRAIN_FAIL(option + ": '" + path + "' is not valid JSON: " + e.what());
-  } catch (const std::exception& e) {
-    HPCTRAIN_FAIL(option + ": cannot read '" + path + "': " + e.what());
-  }
-}
-
-nlohmann::json model_config(const std::string& model) {
-  if (model == "mlp" || model == "cnn") return nlohmann::json{{"name", model}};
-  return parse_json_file("--model", model, "is neither a built-in model (mlp, cnn) nor a readable JSON file");
-}
-
-/// `--config FILE`: a JSON object whose keys are the long option names; its values become
-/// arguments placed before the command line's, so the command line wins.
-std::vector<std::string> config_arguments(const std::string& path) {
-  const nlohmann::json j = parse_json_file("--config", path, "cannot be read");
-  HPCTRAIN_REQUIRE(j.is_object(), "--config: '" + path + "' must hold a JSON object of option names and values");
-  std::vector<std::string> args;
-  for (auto& [key, value] : j.items()) {
-    if (value.is_boolean()) {
-      if (value.get<bool>()) args.push_back("--" + key);
-      continue;
-    }
-    args.push_back("--" + key);
-    args.push_back(value.is_string() ? value.get<std::string>() : value.dump());
-  }
-  return args;
-}
-
-struct TrainArgs {
-  std::string model = "mlp";
-  std::string config;
-  std::string schedule = "constant";
-  std::string lr_scaling = "none";
-  std::string algo = "auto";
-  double bucket_mb = 25.0;
-  double first_bucket_mb = 0.25;
-  bool keep_last = false;
-  bool no_eval = false;
-  int threads_per_rank = 0;
-  hpctrain::train::TrainOptions options;
-};
-
-void add_train_options(CLI::App& train, TrainArgs& a) {
-  auto& o = a.options;
-  train.add_option("--model", a.model, "Model: mlp, cnn, or a JSON config file (see docs/compute-core.md)")
-      ->capture_default_str();
-  train.add_option("--data", o.data,
-                   "Training data set (hpctrain HDF5 format; `hpctrain data import-idx` makes one). "
-                   "Default: Fashion-MNIST, imported from Debian's dataset-fashion-mnist into "
-                   "$HPCTRAIN_DATA_DIR (or ~/.cache/hpctrain) on first use");
-  train.add_option("--eval-data", o.eval_data,
-                   "Test split evaluated after every epoch (default with the default data: "
-                   "Fashion-MNIST's test split)");
-  train.add_flag("--no-eval", a.no_eval, "Skip evaluation");
-  train.add_option("--epochs", o.epochs, "Passes over the training data")->capture_default_str();
-  train.add_option("--max-steps", o.max_steps, "Stop after this many optimiser steps (0: no limit)")
-      ->capture_default_str();
-  train.add_option("--global-batch", o.global_batch,
-                   "Samples per step over ALL ranks (split evenly; results do not depend on the rank count)")
-      ->capture_default_str();
-  train.add_option("--accumulate", o.accumulate,
-                   "Micro-batches (of --global-batch each) accumulated per optimiser step without communication")
-      ->capture_default_str();
-  train.add_flag("--keep-last", a.keep_last, "Keep the last partial batch of an epoch (default: drop it)");
-  train.add_option("--seed", o.seed, "Seed of parameter initialisation, data order and dropout")->capture_default_str();
-  train.add_option("--optimizer", o.optimizer, "sgd or adamw")->capture_default_str();
-  train.add_option("--lr", o.lr, "Learning rate (before --lr-scaling)")->capture_default_str();
-  train.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  train.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
-  train.add_option("--weight-decay", o.weight_decay, "Weight decay (L2 for sgd, decoupled for adamw)")
-      ->capture_default_str();
-  train.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm (0: off)")->capture_default_str();
-  train.add_option("--schedule", a.schedule, "LR schedule: constant, step or cosine")->capture_default_str();
-  train.add_option("--warmup-steps", o.schedule.warmup_steps, "Linear LR warm-up steps")->capture_default_str();
-  train.add_option("--step-size", o.schedule.step_size, "step schedule: steps between decays")->capture_default_str();
-  train.add_option("--gamma", o.schedule.gamma, "step schedule: decay factor")->capture_default_str();
-  train.add_option("--min-lr", o.schedule.min_lr, "cosine schedule: final LR")->capture_default_str();
-  train.add_option("--lr-scaling", a.lr_scaling,
-                   "Scale --lr with the global batch relative to --lr-reference-batch: none, linear, sqrt")
-      ->capture_default_str();
-  train.add_option("--lr-reference-batch", o.lr_reference_batch, "Batch size --lr was tuned for")
-      ->capture_default_str();
-  train.add_option("--algo", a.algo, "Gradient all-reduce algorithm: " + hpctrain::coll::algorithm_names())
-      ->capture_default_str();
-  train.add_option("--bucket-mb", a.bucket_mb, "Gradient bucket size in MiB (the first bucket is smaller)")
-      ->capture_default_str();
-  train.add_option("--first-bucket-mb", a.first_bucket_mb, "Size of the first gradient bucket in MiB")
-      ->capture_default_str();
-  train.add_option("--prefetch", o.prefetch_depth, "Batches read ahead by the loader thread (bounds memory)")
-      ->capture_default_str();
-  train.add_option("--log-every", o.log_every, "Progress line every N steps (0: only at the end)")
-      ->capture_default_str();
-  train.add_option("--metrics", o.metrics_path, "Write JSON-lines metrics here (rank 0)");
-  train.add_option("--timeline", o.timeline_path,
-                   "Write a Chrome-trace JSON of compute and all-reduce spans of every rank (open in "
-                   "chrome://tracing or ui.perfetto.dev)");
-  train.add_option("--timeline-steps", o.timeline_steps, "Steps recorded in the timeline")->capture_default_str();
-  train.add_option("--normalize-mean", o.normalize_mean, "Input normalisation: mean")->capture_default_str();
-  train.add_option("--normalize-std", o.normalize_std, "Input normalisation: standard deviation")
-      ->capture_default_str();
-  train.add_option("--checkpoint-dir", o.checkpoint_dir,
-                   "Write sharded HDF5 checkpoints here (step-<N>/ directories, `latest`); also arms "
-                   "preemption handling: on SIGUSR1/SIGTERM all ranks checkpoint at the next step and exit 75");
-  train.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N optimiser steps (0: off)")
-      ->capture_default_str();
-  train.add_option("--checkpoint-every-s", o.checkpoint_every_s, "Checkpoint every T seconds (0: off)")
-      ->capture_default_str();
-  train.add_option("--keep", o.keep, "Newest checkpoints kept (older ones pruned after a new commit)")
-      ->capture_default_str();
-  train.add_option("--resume", o.resume,
-                   "none, auto (newest valid checkpoint in --checkpoint-dir; damaged ones are reported and "
-                   "skipped) or a step directory. Any rank count can resume any checkpoint")
-      ->capture_default_str();
-  train.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
-                 "Without --resume: remove the checkpoints of an earlier run from --checkpoint-dir and start "
-                 "afresh (without this flag such a run is refused)");
-  train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
-  train.add_flag("--deterministic", o.deterministic,
-                 "Bitwise-identical parameters at any rank count and across resumes at another rank count: "
-                 "fixed micro-shards, exact fixed-point gradient sum, BLAS on one thread (docs/deterministic.md)");
-  train.add_option("--micro-shard", o.micro_shard,
-                   "--deterministic: samples per micro-shard (the unit of work a rank computes on its own)")
-      ->capture_default_str();
-  train.add_option("--threads-per-rank", a.threads_per_rank,
-                   "Compute threads (OpenBLAS, oneDNN) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, "
-                   "the cores the launcher bound the rank to, or cores / ranks on the node (docs/compute-core.md)")
-      ->check(CLI::Range(0, 4096))
-      ->capture_default_str();
-  train.add_flag("--quiet", o.quiet, "Only errors");
-  // Counts and sizes: CLI11 would wrap -1 into an unsigned option (--prefetch -1: 2^64 - 1).
-  const CLI::Validator non_negative(
-      [](std::string& value) { return value.rfind('-', 0) == 0 ? "must not be negative, got " + value : std::string(); },
-      "NON-NEGATIVE");
-  for (const char* name : {"--epochs", "--max-steps", "--global-batch", "--accumulate", "--seed", "--warmup-steps",
-                           "--step-size", "--lr-reference-batch", "--prefetch", "--log-every", "--timeline-steps",
-                           "--checkpoint-every", "--checkpoint-every-s", "--keep", "--micro-shard"}) {
-    train.get_option(name)->check(non_negative);
-  }
-}
-
 int run_train(TrainArgs& a, Communicator& comm) {
-  auto& o = a.options;
-  o.model = model_config(a.model);
-  o.schedule.kind = hpctrain::train::parse_schedule(a.schedule);
-  o.lr_scaling = hpctrain::train::parse_lr_scaling(a.lr_scaling);
-  o.parallel.algorithm = hpctrain::coll::parse_algorithm(a.algo, "--algo");
-  HPCTRAIN_REQUIRE(a.bucket_mb > 0 && a.first_bucket_mb > 0, "--bucket-mb and --first-bucket-mb must be positive");
-  o.parallel.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
-  o.parallel.first_bucket_bytes = static_cast<std::size_t>(a.first_bucket_mb * 1048576.0);
-  o.drop_last = !a.keep_last;
-  if (a.threads_per_rank > 0) hpctrain::set_threads_per_rank(a.threads_per_rank, "--threads-per-rank");
-  if (o.data.empty()) {
-    o.data = hpctrain::io::ensure_fashion_mnist("train", comm);
-    if (o.eval_data.empty() && !a.no_eval) o.eval_data = hpctrain::io::ensure_fashion_mnist("test", comm);
-  }
-  if (a.no_eval) o.eval_data.clear();
-  const auto result = hpctrain::train::run_training(o, comm);
+  const auto result = hpctrain::train::run_training(resolve_train_options(a, comm), comm);
   return result.preempted ? hpctrain::train::kExitRequeue : 0;
 }
 
@@ -382,6 +224,8 @@ int main(int argc, char** argv) {
 
   hpctrain::cli::InferenceArgs inference_args;
   hpctrain::cli::add_inference_commands(app, inference_args);
+  hpctrain::cli::SweepArgs sweep_args;
+  CLI::App* sweep = hpctrain::cli::add_sweep_command(app, sweep_args);
 
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
@@ -419,6 +263,7 @@ int main(int argc, char** argv) {
     if (*import_csv) return hpctrain::cli::run_import_csv(csv_args, comm);
     if (*ml) return hpctrain::cli::run_ml(ml_args, comm);
     if (hpctrain::cli::inference_chosen(inference_args)) return hpctrain::cli::run_inference(inference_args, comm);
+    if (*sweep) return hpctrain::cli::run_sweep_command(sweep_args, comm);
     if (*ckpt.exporter) {
       if (comm.rank() == 0) {
         const auto n = hpctrain::io::export_checkpoint(ckpt.dir, ckpt.export_out);

@@ -8,6 +8,8 @@ Scenarios:
   preemptible  USR1 mid-run -> checkpoint, exit 75, requeue (SLURM_RESTART_COUNT=1), resume;
                final parameters identical to an uninterrupted run with the same seed
   scaling      scaling-strong/-weak at ranks 1 and 2 leave one JSON result per point
+  sweep        sweep.sbatch: USR1 after the first trials -> exit 75, requeue, --resume; every
+               trial recorded exactly once, best/ present
 """
 import argparse
 import json
@@ -89,25 +91,36 @@ def scenario_train_cpu(a, env):
         fail(f"test accuracy {acc}% too low")
 
 
-def scenario_preemptible(a, env):
-    out = a.work / "preemptible.out"
-    ckpt = a.work / "preemptible-ckpt"
-    args = "--max-steps 300 --no-eval --log-every 10"
-    env = dict(env, EPOCHS="1", SEED="7", CHECKPOINT_EVERY="1000", CHECKPOINT_DIR=str(ckpt), EXTRA_ARGS=args)
-    jid = submit(a.repo / "slurm/preemptible.sbatch", a.work, env, f"--output={out}", "--open-mode=append")
+def preempt_when(jid, env, out, ready, what, poll_s):
+    """USR1 to the batch shell of `jid` once `ready()` holds (else fail naming `what`); then
+    waits for the job (requeue included) and returns its scontrol fields and its output."""
     deadline = time.time() + 180
-    while time.time() < deadline:  # signal once training is well under way
-        if out.exists() and re.search(r"step (4|5|6|7|8|9)0/300", out.read_text()):
+    while time.time() < deadline:
+        if ready():
             break
-        time.sleep(0.3)
+        time.sleep(poll_s)
     else:
-        fail("preemptible job never reached step 40")
+        fail(what)
     r = run(["scancel", "--signal=USR1", "--batch", str(jid)], env=env)
     if r.returncode != 0:
         fail(f"scancel: {r.stderr}")
     f = wait_job(jid, 400)
     text = out.read_text()
     print(text)
+    return f, text
+
+
+def scenario_preemptible(a, env):
+    out = a.work / "preemptible.out"
+    ckpt = a.work / "preemptible-ckpt"
+    args = "--max-steps 300 --no-eval --log-every 10"
+    env = dict(env, EPOCHS="1", SEED="7", CHECKPOINT_EVERY="1000", CHECKPOINT_DIR=str(ckpt), EXTRA_ARGS=args)
+    jid = submit(a.repo / "slurm/preemptible.sbatch", a.work, env, f"--output={out}", "--open-mode=append")
+
+    def well_under_way():  # signal once training is well under way
+        return out.exists() and re.search(r"step (4|5|6|7|8|9)0/300", out.read_text())
+
+    f, text = preempt_when(jid, env, out, well_under_way, "preemptible job never reached step 40", 0.3)
     if f["JobState"] != "COMPLETED":
         fail(f"preemptible job ended {f['JobState']}")
     if f.get("Restarts") != "1":
@@ -133,6 +146,39 @@ def scenario_preemptible(a, env):
     print(f"preempted+resumed {final} vs uninterrupted {reference}")
     if final != reference:
         fail("final parameters differ from the uninterrupted run")
+
+
+def scenario_sweep(a, env):
+    data = a.work / "train-2048.h5"
+    fm = Path("/usr/share/datasets/fashion-mnist")
+    r = run([str(a.bin / "hpctrain"), "data", "import-idx", "--limit", "2048", "--fashion-mnist",
+             "--images", str(fm / "train-images-idx3-ubyte.gz"), "--labels", str(fm / "train-labels-idx1-ubyte.gz"),
+             "--out", str(data)], env=env)
+    if r.returncode != 0:
+        fail(f"import: {r.stderr}")
+    space = a.work / "space.json"
+    space.write_text(json.dumps({"base": {"data": str(data), "eval-data": str(data), "epochs": 4, "global-batch": 32,
+                                          "log-every": 0},
+                                 "search": {"lr": {"loguniform": [0.001, 0.1]}}, "seed": 1}))
+    out, sweep_out = a.work / "sweep.out", a.work / "sweep-dir"
+    env = dict(env, HPCTRAIN=str(a.bin / "hpctrain"), SPACE=str(space), OUT=str(sweep_out), SCHEDULER="none",
+               MAX_TRIALS="12")
+    jid = submit(a.repo / "slurm/sweep.sbatch", a.work, env, f"--output={out}", "--open-mode=append")
+    results = sweep_out / "results.jsonl"
+    # Signal once some trials are recorded.
+    f, text = preempt_when(jid, env, out, lambda: results.exists() and len(results.read_text().splitlines()) >= 2,
+                           "the sweep job recorded no trials", 0.2)
+    if f["JobState"] != "COMPLETED" or f.get("Restarts") != "1":
+        fail(f"sweep job ended {f['JobState']} after {f.get('Restarts')} restarts (expected COMPLETED after 1)")
+    for needle in ["USR1 received", "requeueing job", "restart 1", "finished with status 0"]:
+        if needle not in text:
+            fail(f"sweep output lacks '{needle}'")
+    trials = [json.loads(line)["trial"] for line in results.read_text().splitlines()]
+    if sorted(trials) != list(range(12)):
+        fail(f"trials recorded {sorted(trials)}: each of 0..11 exactly once expected")
+    if not list((sweep_out / "best").glob("step-*")):
+        fail("no best/ checkpoint")
+    print("sweep: preempted, requeued, resumed; 12 trials recorded once each")
 
 
 def scenario_scaling(a, env):
@@ -176,7 +222,7 @@ def main():
     os.environ["SLURM_CONF"] = str(a.slurm_dir / "slurm.conf")  # every client command talks to this cluster
     env = dict(os.environ, HPCTRAIN=str(a.bin / "hpctrain"), HPCTRAIN_DATA_DIR=str(a.work.parent / "data"))
     {"templates": scenario_templates, "train-cpu": scenario_train_cpu, "preemptible": scenario_preemptible,
-     "scaling": scenario_scaling}[a.scenario](a, env)
+     "scaling": scenario_scaling, "sweep": scenario_sweep}[a.scenario](a, env)
     print(f"{a.scenario}: PASS")
 
 

@@ -26,12 +26,23 @@ void probe_writable(const char* option, const std::string& path) {
   if (!existed) fs::remove(path, ec);
 }
 
+/// Creates `dir` (and its parents) if needed and checks that a file can be made in it.
+void probe_writable_directory(const char* option, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  HPCTRAIN_REQUIRE(!ec && fs::is_directory(dir, ec),
+                   std::string(option) + ": cannot create directory '" + dir + "'" + (ec ? ": " + ec.message() : ""));
+  probe_writable(option, (fs::path(dir) / ".hpctrain-write-probe").string());
+}
+
 }  // namespace
 
 void require_writable_outputs(coll::Communicator& comm, const TrainOptions& o) {
   coll::rank0_decides(comm, [&] {
     if (!o.metrics_path.empty()) probe_writable("--metrics", o.metrics_path);
     if (!o.timeline_path.empty()) probe_writable("--timeline", o.timeline_path);
+    if (!o.tensorboard_dir.empty()) probe_writable_directory("--tensorboard", o.tensorboard_dir);
   });
 }
 

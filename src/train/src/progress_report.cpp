@@ -37,6 +37,9 @@ ProgressReport::ProgressReport(const TrainOptions& options, coll::Communicator& 
     metrics_.open(options.metrics_path);
     HPCTRAIN_REQUIRE(metrics_.good(), "--metrics: cannot write '" + options.metrics_path + "'");
   }
+  if (comm.rank() == 0 && !options.tensorboard_dir.empty()) {
+    tensorboard_ = std::make_unique<io::TfEventsWriter>(options.tensorboard_dir, "--tensorboard");
+  }
 }
 
 void ProgressReport::print_start(const RunDescription& run) const {
@@ -95,6 +98,13 @@ void ProgressReport::after_step(std::int64_t step, std::int64_t epoch, double lo
     metrics_.flush();
     require_written(metrics_, "--metrics", options_.metrics_path);
   }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("train/loss", step, loss);
+    tensorboard_->add_scalar("train/lr", step, schedule_.at(step - 1));
+    tensorboard_->add_scalar("train/samples_per_s", step, rate);
+    tensorboard_->add_scalar("time/compute_s", step, times.compute_s);
+    tensorboard_->add_scalar("time/exposed_comm_s", step, times.comm_exposed_s);
+  }
   last_loss_ = loss;
   window_loss_ = 0;
   window_steps_ = 0;
@@ -116,6 +126,10 @@ void ProgressReport::after_eval(std::int64_t step, std::int64_t epoch, const Eva
              << "\n";
     metrics_.flush();
     require_written(metrics_, "--metrics", options_.metrics_path);
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("eval/loss", step, eval.loss);
+    tensorboard_->add_scalar("eval/accuracy", step, eval.accuracy);
   }
 }
 

@@ -1,13 +1,15 @@
 #pragma once
 // What a training run tells its user: the start lines, the progress line every --log-every
 // steps, the evaluation line, the closing lines (stdout, rank 0, unless --quiet) and the same
-// as JSON lines in --metrics (rank 0). Scripts and tests parse these lines: keep them stable.
+// as JSON lines in --metrics and as TensorBoard scalars in --tensorboard (rank 0). Scripts and tests parse these lines: keep them stable.
 
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 
 #include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/io/tfevents_writer.hpp"
 #include "hpctrain/train/trainer.hpp"
 
 namespace hpctrain::train {
@@ -56,6 +58,7 @@ class ProgressReport {
   std::int64_t total_steps_;
   bool chatty_;
   std::ofstream metrics_;
+  std::unique_ptr<io::TfEventsWriter> tensorboard_;  ///< rank 0 with --tensorboard
   double window_loss_ = 0.0;
   std::int64_t window_steps_ = 0, window_samples_ = 0;
   Clock::time_point window_start_ = Clock::now();

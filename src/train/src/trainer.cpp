@@ -135,6 +135,9 @@ struct TrainingLoop {
   TrainResult result;
 
   void run(const ResumePoint& start) {
+    if (o.evaluate_resumed && eval_reader && !start.path.empty() && start.epoch > 0 && start.next_batch == 0) {
+      evaluate_epoch(start.epoch - 1);
+    }
     for (std::int64_t epoch = start.epoch; epoch < o.epochs && step < schedule.total_steps; ++epoch) {
       std::int64_t batch = epoch == start.epoch ? start.next_batch : 0;
       io::Prefetcher prefetch(reader, plan, epoch, batch, o.prefetch_depth);
@@ -145,6 +148,10 @@ struct TrainingLoop {
       }
       result.epochs_completed = epoch + 1;
       if (eval_reader) evaluate_epoch(epoch);
+      if (o.after_epoch && !o.after_epoch(epoch, result.eval)) {
+        result.stopped_early = true;
+        return;
+      }
     }
   }
 
@@ -268,6 +275,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
                     checkpoints, report, start.step, ThroughputMeter(start.step, o.warmup_steps_for_throughput),
                     TimeTotals{}, TrainResult{}};
   loop.result.resumed_from = start.path;
+  loop.result.epochs_completed = start.epoch;  // a resumed run counts the epochs before it
   const auto run_start = Clock::now();
   loop.run(start);
   return loop.finish(run_start);

@@ -88,6 +88,8 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("xxhash@0.8:")  # XXH3_64bits
     depends_on("cpp-httplib@0.11:")  # hpctrain::serve: `hpctrain serve`'s HTTP server
     depends_on("zlib-api")  # io: gzip-compressed IDX import
+    depends_on("protobuf@3.12:")  # io: TensorBoard event files (libprotobuf-lite + protoc)
+    depends_on("boost@1.66:")  # io: Boost.CRC (CRC-32C of the event records), header only
     depends_on("ucx@1.12:", when="+ucx")
     depends_on("onednn@2.6:", when="+onednn")
     depends_on("benchmark", when="+benchmarks")

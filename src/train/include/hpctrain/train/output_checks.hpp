@@ -11,7 +11,8 @@
 
 namespace hpctrain::train {
 
-/// Collective: rank 0 checks that --metrics and --timeline can be written (opened for
+/// Collective: rank 0 checks that --metrics and --timeline can be written, and creates the
+/// --tensorboard directory and checks a file can be made there (opened for
 /// appending; a file the probe created is removed again); every rank agrees on the verdict,
 /// so all stop before training, the cause printed once by rank 0. (--checkpoint-dir is proved
 /// writable by its lock file, io::claim_checkpoint_dir.)

@@ -6,6 +6,7 @@
 /// progress lines, JSONL metrics and the timeline.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct TrainOptions {
   std::int64_t log_every = 50;  ///< progress line every N steps (0 = only per epoch)
   std::string metrics_path;     ///< JSONL, rank 0
   std::string timeline_path;    ///< Chrome-trace JSON, all ranks' spans gathered to rank 0
+  /// TensorBoard event file directory (rank 0; io/tfevents_writer.hpp): the --metrics values as
+  /// scalars train/loss, train/lr, train/samples_per_s, time/compute_s, time/exposed_comm_s,
+  /// eval/loss, eval/accuracy. Empty = none.
+  std::string tensorboard_dir;
   std::int64_t timeline_steps = 20;  ///< spans of the first N steps only (files stay small)
   std::int64_t warmup_steps_for_throughput = 5;  ///< excluded from samples/s
   /// Bitwise-identical results at any rank count and across resumes at another rank count
@@ -57,6 +62,14 @@ struct TrainOptions {
   std::int64_t micro_shard = 16;  ///< samples per micro-shard (deterministic mode)
   bool quiet = false;
   bool keep_parameters = false;  ///< return the final parameters in TrainResult (tests)
+  /// Called on every rank at the end of each epoch (after its evaluation; `eval.samples == 0`
+  /// without eval data) with the epoch counted from 0; returning false ends the run there
+  /// (TrainResult::stopped_early), as a sweep scheduler's "stop" does. It may run collectives
+  /// on the run's communicator and must return the same on every rank. Empty: every epoch runs.
+  std::function<bool(std::int64_t epoch, const EvalResult& eval)> after_epoch;
+  /// A run resumed at an epoch boundary first evaluates the parameters it loaded (an eval
+  /// record for the checkpoint's epoch; a PBT child's starting point). Needs eval data.
+  bool evaluate_resumed = false;
 
   // Checkpoints (io/checkpoint.hpp) and preemption (preemption.hpp).
   std::string checkpoint_dir;          ///< empty = no checkpoints, no preemption handling
@@ -85,6 +98,7 @@ struct TrainResult {
   std::string resumed_from;       ///< step directory the run started from ("" = fresh)
   std::int64_t checkpoints_written = 0;
   bool preempted = false;  ///< stopped on SIGUSR1/SIGTERM after checkpointing (exit kExitRequeue)
+  bool stopped_early = false;  ///< TrainOptions::after_epoch returned false
 };
 
 /// Trains on `comm` (every rank calls it with the same options; collective throughout). Prints

@@ -1,0 +1,308 @@
+"""`hpctrain sweep` end to end, one scenario per ctest entry (tests/sweep/CMakeLists.txt).
+
+Every run is the real command under mpiexec with a timeout. What a sweep writes is checked
+against sources it does not write itself: each trial's own --metrics JSONL (written by the
+trainer), the checkpoint manifests, and `hpctrain ckpt inspect`.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+A = None  # parsed arguments
+
+
+def fail(msg):
+    print(f"check_sweep: FAILED: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def write_space(name, space):
+    path = os.path.join(A.workdir, name)
+    with open(path, "w") as f:
+        json.dump(space, f)
+    return path
+
+
+def base(**extra):
+    b = {"data": A.data, "eval-data": A.data, "global-batch": 64, "log-every": 0, "model": "mlp", "epochs": 2}
+    b.update(extra)
+    return b
+
+
+def sweep_cmd(np, space, out, *args):
+    return [A.mpiexec, "-n", str(np), "--oversubscribe", A.hpctrain, "sweep", "--space", space, "--out", out, *args]
+
+
+def run(np, space, out, *args, expect=0):
+    p = subprocess.run(sweep_cmd(np, space, out, *args), capture_output=True, text=True, timeout=240)
+    if expect is not None and p.returncode != expect:
+        fail(f"sweep exited {p.returncode}, expected {expect}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def results(out):
+    return [json.loads(line) for line in open(os.path.join(out, "results.jsonl"))]
+
+
+def trial_metrics(out, trial):
+    """The trainer's own JSONL records of a trial, every run (segment) in order."""
+    files = sorted(glob.glob(os.path.join(out, "trials", str(trial), "metrics*.jsonl")),
+                   key=lambda f: (len(f), f))
+    return [[json.loads(line) for line in open(f)] for f in files]
+
+
+def manifest_checksum(step_dir):
+    return json.load(open(os.path.join(step_dir, "manifest.json")))["metadata"]["parameter_checksum"]
+
+
+def check_records(out, n, statuses, max_epochs):
+    recs = results(out)
+    check(sorted(r["trial"] for r in recs) == list(range(n)), f"trials recorded: {[r['trial'] for r in recs]}")
+    for r in recs:
+        for key in ("trial", "params", "status", "test_accuracy", "test_loss", "epochs_run", "seconds"):
+            check(key in r, f"record {r} lacks {key}")
+        check(r["status"] in statuses, f"trial {r['trial']} status {r['status']} not in {statuses}")
+        if r["status"] == "failed":
+            check(r.get("error"), f"failed trial {r['trial']} has no error")
+            continue
+        check(r["status"] != "completed" or r["epochs_run"] == max_epochs,
+              f"completed trial {r['trial']} ran {r['epochs_run']} epochs, not {max_epochs}")
+        check(r["status"] != "stopped" or r["epochs_run"] < max_epochs, f"stopped trial {r['trial']} ran all epochs")
+        last_eval = [e for e in trial_metrics(out, r["trial"])[-1] if e["type"] == "eval"][-1]
+        check(last_eval["accuracy"] == r["test_accuracy"] and last_eval["loss"] == r["test_loss"],
+              f"trial {r['trial']}: record {r['test_accuracy']}/{r['test_loss']} != its last eval {last_eval}")
+        check(last_eval["epoch"] + 1 == r["epochs_run"], f"trial {r['trial']}: epochs_run vs its eval records")
+    return recs
+
+
+def check_best(out, recs):
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    ok = [r for r in recs if r["status"] != "failed"]
+    best = max(ok, key=lambda r: r["test_accuracy"])
+    check(summary["best_test_accuracy"] == best["test_accuracy"], f"summary {summary} vs best record {best}")
+    check(summary["trials"] == len(recs), f"summary trials {summary['trials']} != {len(recs)}")
+    best = [r for r in recs if r["trial"] == summary["best_trial"]][0]
+    check(summary["best_params"] == best["params"], "best_params differ from the best record's")
+    p = subprocess.run([A.hpctrain, "ckpt", "inspect", os.path.join(out, "best")], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode == 0 and "all shard sizes and checksums verify" in p.stdout,
+          f"ckpt inspect best/: {p.returncode}\n{p.stdout}\n{p.stderr}")
+    step = glob.glob(os.path.join(out, "best", "step-*"))
+    check(len(step) == 1, f"best/ holds {step}")
+    # best/ holds the parameters the best trial ended with (the trainer's own summary record),
+    # and that run's accuracy is the best record's.
+    final = [e for e in trial_metrics(out, best["trial"])[-1] if e["type"] == "summary"][-1]
+    check(manifest_checksum(step[0]) == final["parameter_checksum"], "best/ is not the best trial's final checkpoint")
+    check(final["eval_accuracy"] == best["test_accuracy"], "the best trial's final accuracy differs from its record")
+    with open(os.path.join(out, "metric.png"), "rb") as f:
+        check(f.read(8) == b"\x89PNG\r\n\x1a\n", "metric.png is not a PNG")
+
+
+def scenario_asha_np2():
+    space = write_space("asha.json", {"base": base(epochs=4), "search": {
+        "lr": {"loguniform": [0.001, 0.3]}, "momentum": {"choice": [0.0, 0.9]}}, "seed": 3})
+    out = os.path.join(A.workdir, "out")
+    p = run(2, space, out, "--ranks-per-trial", "1", "--scheduler", "asha", "--max-trials", "4")
+    recs = check_records(out, 4, {"completed", "stopped"}, 4)
+    check_best(out, recs)
+    print(p.stdout)
+    # --seed overrides SPACE.json's seed: other trial parameters (the same ones for the same seed).
+    out2, out3 = os.path.join(A.workdir, "out-seed9"), os.path.join(A.workdir, "out-seed9-again")
+    for o in (out2, out3):
+        run(2, space, o, "--max-trials", "2", "--seed", "9")
+    params = {o: [r["params"] for r in sorted(results(o), key=lambda r: r["trial"])] for o in (out, out2, out3)}
+    check(params[out2] == params[out3], "the same --seed drew other parameters")
+    check(params[out2] != params[out][:2], "--seed 9 drew SPACE.json's seed-3 parameters")
+
+
+def scenario_grid_np4():
+    space = write_space("grid.json", {"base": base(), "search": {"lr": {"grid": [0.01, 0.05]}},
+                                      "search_algorithm": "grid"})
+    out = os.path.join(A.workdir, "out")
+    run(4, space, out, "--ranks-per-trial", "2", "--max-trials", "2", "--tensorboard")
+    recs = check_records(out, 2, {"completed"}, 2)
+    for r in recs:  # the HParams session's and the trainer's event files, by the group's rank 0
+        events = glob.glob(os.path.join(out, "trials", str(r["trial"]), "tensorboard", "events.out.tfevents.*"))
+        check(len(events) == 2 and all(os.path.getsize(e) > 100 for e in events),
+              f"trial {r['trial']} event files: {events}")
+    check(sorted(r["params"]["lr"] for r in recs) == [0.01, 0.05], f"grid params {[r['params'] for r in recs]}")
+    check_best(out, recs)
+
+
+def scenario_deterministic():
+    b = base(deterministic=True)
+    del b["global-batch"]
+    space = write_space("det.json", {"base": b, "search": {
+        "lr": {"uniform": [0.01, 0.1]}, "global_batch": {"choice": [32, 64]}}, "seed": 11})
+    runs = {}
+    for np, k in ((2, 1), (4, 2)):
+        out = os.path.join(A.workdir, f"out-np{np}-k{k}")
+        run(np, space, out, "--ranks-per-trial", str(k), "--max-trials", "3", "--scheduler", "none", "--seed", "5")
+        recs = sorted(check_records(out, 3, {"completed"}, 2), key=lambda r: r["trial"])
+        sums = [[e for e in trial_metrics(out, r["trial"])[-1] if e["type"] == "summary"][-1]["parameter_checksum"]
+                for r in recs]
+        runs[(np, k)] = ([(r["params"], r["test_accuracy"], r["test_loss"], r["epochs_run"]) for r in recs], sums)
+    a, b = runs[(2, 1)], runs[(4, 2)]
+    check(a[0] == b[0], f"np 2 K 1 and np 4 K 2 differ:\n{a[0]}\n{b[0]}")
+    check(a[1] == b[1], f"final parameter checksums differ: {a[1]} vs {b[1]}")
+    # A trial is the ordinary trainer: `hpctrain train` at np 3 with trial 0's options ends
+    # with the same parameters.
+    params = a[0][0][0]
+    metrics = os.path.join(A.workdir, "plain.jsonl")
+    cmd = [A.mpiexec, "-n", "3", "--oversubscribe", A.hpctrain, "train", "--data", A.data, "--eval-data", A.data,
+           "--epochs", "2", "--log-every", "0", "--deterministic", "--lr", str(params["lr"]),
+           "--global-batch", str(params["global-batch"]), "--metrics", metrics, "--quiet"]
+    subprocess.run(cmd, check=True, timeout=120)
+    plain = [json.loads(line) for line in open(metrics)][-1]
+    check(plain["parameter_checksum"] == a[1][0], f"hpctrain train {plain['parameter_checksum']} != trial 0 {a[1][0]}")
+
+
+def scenario_failing_trial():
+    space = write_space("fail.json", {"base": base(), "search_algorithm": "grid", "search": {
+        "optimizer": {"grid": ["sgd", "bogus"]}, "lr": {"grid": [0.05, 1e30]}}})
+    out = os.path.join(A.workdir, "out")
+    run(2, space, out, "--ranks-per-trial", "1", "--max-trials", "0")
+    # Grid order: lr slowest (keys in name order): (0.05, sgd), (0.05, bogus), (1e30, sgd), (1e30, bogus).
+    recs = {r["trial"]: r for r in check_records(out, 4, {"completed", "failed"}, 2)}
+    check(recs[0]["status"] == "completed", f"sgd lr 0.05 should train: {recs[0]}")
+    check(recs[2]["status"] == "failed" and "finite" in recs[2]["error"], f"lr 1e30 should fail non-finite: {recs[2]}")
+    for t in (1, 3):
+        check(recs[t]["status"] == "failed" and "unknown optimiser 'bogus'" in recs[t]["error"], f"{recs[t]}")
+
+
+def scenario_resume():
+    space = write_space("resume.json", {"base": base(epochs=3), "search": {"lr": {"uniform": [0.01, 0.1]}}, "seed": 2})
+    out = os.path.join(A.workdir, "out")
+    proc = subprocess.Popen(sweep_cmd(2, space, out, "--max-trials", "8"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    results_file = os.path.join(out, "results.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(results_file) and len(open(results_file).read().splitlines()) >= 1:
+            break
+        time.sleep(0.05)
+    check(proc.poll() is None, "the sweep ended before it could be interrupted")
+    ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and
+             open(f"/proc/{p}/stat").read().split(") ")[1].split()[1] == str(proc.pid)]
+    for r in ranks:  # as Slurm does: SIGTERM to every task
+        os.kill(r, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    check(proc.returncode == 75, f"interrupted sweep exited {proc.returncode}, not 75\n{stdout}\n{stderr}")
+    done = {r["trial"] for r in results(out)}
+    check(0 < len(done) < 8, f"after the interruption {len(done)} of 8 trials are recorded")
+    mtimes = {t: os.path.getmtime(os.path.join(out, "trials", str(t), "metrics.jsonl")) for t in done}
+    p = run(2, space, out, "--max-trials", "8", "--resume")
+    for t in done:
+        check(f"sweep: trial {t} on the group" not in p.stdout, f"--resume ran finished trial {t} again:\n{p.stdout}")
+        check(os.path.getmtime(os.path.join(out, "trials", str(t), "metrics.jsonl")) == mtimes[t],
+              f"trial {t}'s files were rewritten by --resume")
+    recs = check_records(out, 8, {"completed"}, 3)
+    check(len(recs) == 8, f"{len(recs)} records after resume, expected 8 (each trial once)")
+    check_best(out, recs)
+
+
+def scenario_bad_space():
+    cases = {
+        "unknown_distribution.json": ({"base": base(), "search": {"lr": {"gaussian": [0, 1]}}},
+                                      "search.lr: unknown distribution 'gaussian'"),
+        "empty_choice.json": ({"base": base(), "search": {"momentum": {"choice": []}}},
+                              "search.momentum.choice: the list of values is empty"),
+        "lo_above_hi.json": ({"base": base(), "search": {"lr": {"uniform": [0.5, 0.1]}}},
+                             "search.lr.uniform: lo > hi"),
+        "unknown_base_option.json": ({"base": base(frobnicate=3), "search": {"lr": {"uniform": [0.01, 0.1]}}},
+                                     "base.frobnicate: unknown train option 'frobnicate'"),
+    }
+    for name, (space, needle) in cases.items():
+        path = write_space(name, space)
+        p = run(2, path, os.path.join(A.workdir, "out-" + name), expect=None)
+        text = p.stdout + p.stderr
+        check(p.returncode != 0, f"{name}: exited 0")
+        check(text.count(needle) == 1 and name in text, f"{name}: expected '{needle}' once, naming the file:\n{text}")
+
+
+def scenario_pbt():
+    space = write_space("pbt.json", {"base": base(epochs=3, deterministic=True), "search": {
+        "lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
+    out = os.path.join(A.workdir, "out")
+    run(2, space, out, "--max-trials", "4", "--scheduler", "pbt", "--pbt-quantile", "0.5", "--max-concurrent", "2")
+    recs = check_records(out, 4, {"completed"}, 3)
+    children = [r for r in recs if "parent" in r]
+    check(children, f"no trial exploited another: {recs}")
+    for c in children:
+        runs = trial_metrics(out, c["trial"])
+        check(c["parent"] == c["lineage"][-1]["donor"] and len(runs) == len(c["lineage"]) + 1,
+              f"trial {c['trial']}: lineage {c['lineage']} vs {len(runs)} runs")
+        for k, exploit in enumerate(c["lineage"]):
+            # The child's run opens with an evaluation of the copied checkpoint: it must equal
+            # the donor's own evaluation at that epoch (the trainer evaluates exactly).
+            first = [e for e in runs[k + 1] if e["type"] == "eval"][0]
+            check(first["epoch"] + 1 == exploit["epochs"], f"child {c['trial']} starts at {first}, not {exploit}")
+            donor_evals = [e for m in trial_metrics(out, exploit["donor"]) for e in m
+                           if e["type"] == "eval" and e["epoch"] == first["epoch"]]
+            check(any(e["accuracy"] == first["accuracy"] and e["loss"] == first["loss"] for e in donor_evals),
+                  f"child {c['trial']}'s first metric {first} != parent {exploit['donor']}'s {donor_evals}")
+    check_best(out, recs)
+
+
+def scenario_tensorboard():
+    """Run with the tools Python (tensorboard from PyPI): TensorBoard's own readers."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    space = write_space("tb.json", {"base": base(), "search": {"lr": {"grid": [0.01, 0.05]},
+                                                               "momentum": {"choice": [0.8, 0.9]}}})
+    out = os.path.join(A.workdir, "out")
+    run(2, space, out, "--max-trials", "2", "--tensorboard")
+
+    def load(path):
+        acc = ea.EventAccumulator(path, size_guidance={ea.SCALARS: 0})
+        acc.Reload()
+        return acc
+
+    hp = load(os.path.join(out, "trials")).PluginTagToContent("hparams")
+    exp = plugin_data_pb2.HParamsPluginData.FromString(hp["_hparams_/experiment"]).experiment
+    check(sorted(h.name for h in exp.hparam_infos) == ["lr", "momentum"], f"experiment hparams {exp.hparam_infos}")
+    check(all(h.type == 3 for h in exp.hparam_infos), "hparams are not FLOAT64")
+    check(sorted(m.name.tag for m in exp.metric_infos) == ["eval/accuracy", "eval/loss"], "experiment metrics")
+    for r in results(out):
+        acc = load(os.path.join(out, "trials", str(r["trial"]), "tensorboard"))
+        content = acc.PluginTagToContent("hparams")
+        start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+        end = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_end_info"])
+        values = {k: v.number_value for k, v in start.session_start_info.hparams.items()}
+        check(values == r["params"], f"trial {r['trial']}: session hparams {values} != record {r['params']}")
+        check(end.session_end_info.status == 1, f"trial {r['trial']}: session status {end.session_end_info.status}")
+        last = acc.Scalars("eval/accuracy")[-1].value
+        check(last == struct.unpack("f", struct.pack("f", r["test_accuracy"]))[0],
+              f"trial {r['trial']}: eval/accuracy {last} != record {r['test_accuracy']}")
+
+
+def main():
+    global A
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario")
+    p.add_argument("--hpctrain", required=True)
+    p.add_argument("--mpiexec", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--workdir", required=True)
+    A = p.parse_args()
+    shutil.rmtree(A.workdir, ignore_errors=True)
+    os.makedirs(A.workdir)
+    globals()["scenario_" + A.scenario]()
+    print(f"check_sweep: {A.scenario}: ok")
+
+
+if __name__ == "__main__":
+    main()
