@@ -134,10 +134,34 @@ TEST(Zero, OptimizerStateIsAboutOnePthOfDdps) {
       EXPECT_LE(static_cast<double>(zero.memory.optimizer_state_bytes),
                 (1.0 / p + 0.05) * static_cast<double>(ddp.memory.optimizer_state_bytes))
           << strategy << " " << optimizer << " at P=" << comm.size();
+      // zero1 steps its shard at the front of the model's own buffers (no copies); zero2 adds
+      // the gradient shard it accumulates into.
+      const auto n4 = static_cast<std::uint64_t>(ddp.parameter_count) * 4;
+      EXPECT_EQ(zero.memory.parameter_bytes, n4) << strategy;
+      if (std::string(strategy) == "zero1") EXPECT_EQ(zero.memory.gradient_bytes, n4);
+      if (std::string(strategy) == "zero2") {
+        EXPECT_LE(static_cast<double>(zero.memory.gradient_bytes), (1.0 + 1.0 / p + 0.05) * static_cast<double>(n4));
+        EXPECT_GT(zero.memory.gradient_bytes, n4);
+      }
       // The shards cover the buffer: the largest is at least 1/P of it.
       EXPECT_GE(static_cast<double>(zero.memory.optimizer_state_bytes) * p,
                 static_cast<double>(ddp.memory.optimizer_state_bytes));
     }
+  }
+}
+
+TEST(Zero, ReduceScatterOverlapsBackward) {
+  coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
+  if (comm.size() == 1) GTEST_SKIP() << "overlap needs more than one rank";
+  for (const char* strategy : {"zero1", "zero2"}) {
+    train::TrainOptions o = options(strategy, "sgd");
+    o.model = {{"name", "cnn"}};
+    o.max_steps = 3;
+    o.global_batch = 32;
+    o.parallel.first_bucket_bytes = 64 << 10;
+    o.parallel.bucket_bytes = 256 << 10;
+    const auto r = train::run_training(o, comm);
+    EXPECT_TRUE(r.overlap_observed) << strategy << ": no reduce-scatter started before backward ended";
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hpctrain/collectives/error.hpp"
@@ -40,9 +41,15 @@ ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, c
   HPCTRAIN_REQUIRE(!(options.stage == 2 && options.deterministic),
                    "--strategy zero2 cannot run with --deterministic (the exact sum keeps every micro-shard's "
                    "whole gradient, so there is no gradient shard to keep): use --strategy zero1");
-  const auto shard = static_cast<std::size_t>(layout_.shard_count());
-  param_shard_ = core::Vec<float>("hpctrain::ZeroSync::param_shard", shard);
-  grad_shard_ = core::Vec<float>("hpctrain::ZeroSync::grad_shard", shard);
+  const std::pair<std::int64_t, std::int64_t> front{0, layout_.shard_count()};
+  // The shards live at the front of the model's own buffers (ShardLayout::compact): no copies.
+  // zero2's gradient shard must outlive the backward of later micro-batches: its own buffer.
+  param_shard_ = Kokkos::subview(model.parameter_buffer(), front);
+  if (options.stage == 2) {
+    grad_shard_ = core::Vec<float>("hpctrain::ZeroSync::grad_shard", static_cast<std::size_t>(layout_.shard_count()));
+  } else {
+    grad_shard_ = Kokkos::subview(model.gradient_buffer(), front);
+  }
   inner_ = make_inner(comm, model, options_, timeline, layout_, grad_shard_);
 }
 
@@ -56,30 +63,31 @@ void ZeroSync::begin_step(const OptimizerStep& step) {
 
 double ZeroSync::finish_step() {
   const double waited = inner_->finish_step();
-  // zero1 and deterministic mode: this rank's blocks of the summed gradient are in the model's
-  // gradient buffer (zero2's on_reduced has already added them into the shard).
-  if (options_.stage == 1) layout_.gather(model_.gradient_buffer(), grad_shard_);
+  // zero1: this rank's blocks of the summed gradient are in the model's gradient buffer
+  // (zero2's on_reduced has already added them into the shard). Deterministic mode keeps the
+  // whole exact gradient for apply()'s norm.
+  if (options_.stage == 1 && !options_.deterministic) layout_.compact(model_.gradient_buffer());
   return waited;
 }
 
 double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
-  if (clip_norm > 0) {
-    if (options_.deterministic) {
-      // The whole exact gradient is on every rank: the norm as ddp --deterministic takes it,
-      // then the scaled owned elements.
-      core::clip_grad_norm(model_.gradient_buffer(), clip_norm);
-      layout_.gather(model_.gradient_buffer(), grad_shard_);
-    } else {
-      core::clip_grad_norm(grad_shard_, clip_norm, [this](double local) {
-        comm_.allreduce(&local, 1, coll::ReduceOp::sum);
-        return local;
-      });
-    }
+  if (options_.deterministic) {
+    // The whole exact gradient is on every rank: the norm as ddp --deterministic takes it,
+    // then the (scaled) owned elements.
+    if (clip_norm > 0) core::clip_grad_norm(model_.gradient_buffer(), clip_norm);
+    layout_.compact(model_.gradient_buffer());
+  } else if (clip_norm > 0) {
+    core::clip_grad_norm(grad_shard_, clip_norm, [this](double local) {
+      comm_.allreduce(&local, 1, coll::ReduceOp::sum);
+      return local;
+    });
   }
-  layout_.gather(model_.parameter_buffer(), param_shard_);
+  // The owned parameters to the buffer's front, stepped there, and back to their places; the
+  // all-gather then rewrites every other element.
+  layout_.compact(model_.parameter_buffer());
   optimizer.set_learning_rate(lr);
   optimizer.step(param_shard_, grad_shard_);
-  layout_.scatter(param_shard_, model_.parameter_buffer());
+  layout_.expand(model_.parameter_buffer());
   Kokkos::fence();
   return all_gather_parameters();
 }
@@ -103,7 +111,7 @@ double ZeroSync::all_gather_parameters() {
 GradientSync::HeldBytes ZeroSync::held_bytes() const {
   const auto full = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
   const auto shard = static_cast<std::uint64_t>(layout_.shard_count()) * sizeof(float);
-  return HeldBytes{full + shard, full + shard};
+  return HeldBytes{full, options_.stage == 2 ? full + shard : full};
 }
 
 }  // namespace hpctrain::train

@@ -14,7 +14,9 @@
 ///     zero2 reduces every micro-batch and accumulates only its own blocks, in a shard-sized
 ///     buffer, so the gradient kept across micro-batches is the shard.
 ///   - apply(): the owned gradient is clipped by the global norm (the shards' sums of squares
-///     all-reduced), the optimiser steps the owned parameters with the sharded state, and each
+///     all-reduced), the owned parameters are moved in place to the front of the parameter
+///     buffer (ShardLayout::compact; zero1 does the same with the gradient, so neither needs a
+///     second buffer), the optimiser steps them with the sharded state, they are moved back, and each
 ///     bucket's parameters are all-gathered in place (iallgather_in_place, all buckets queued
 ///     at once, waited for before apply() returns).
 ///
@@ -70,8 +72,8 @@ class ZeroSync final : public GradientSync {
   Timeline* timeline_;
   std::vector<GradientBucket> buckets_;
   ShardLayout layout_;
-  core::Vec<float> param_shard_;  ///< this rank's parameters, contiguous (the optimiser's input)
-  core::Vec<float> grad_shard_;   ///< this rank's summed gradient (zero2: accumulated here)
+  core::Vec<float> param_shard_;  ///< the parameter buffer's front, where compact() puts the shard
+  core::Vec<float> grad_shard_;   ///< zero1: the gradient buffer's front; zero2: its own buffer
   std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or exact sum
   bool record_ = false;
 };
