@@ -4,11 +4,15 @@
 //   mpirun -n P build/bin/bench_train [--models=mlp,cnn] [--steps=N] [--warmup=N] [--iters=N]
 //          [--global_batch=128] [--epochs=N [--max_steps=N]] [--data=TRAIN.h5] [--eval_data=TEST.h5]
 //          [--lr=0.05] [--momentum=0.9] [--seed=42] [--algo=auto] [--deterministic=0|1|0,1]
-//          [--micro_shard=16] [Google Benchmark flags]
+//          [--micro_shard=16] [--strategies=ddp,zero1,zero2] [--optimizer=sgd|adamw]
+//          [--grad_dtype=f32|bf16|f16] [Google Benchmark flags]
 //
 // One benchmark per model and deterministic setting, `train/<model>/P:<ranks>` and, with
 // --deterministic=1 (or 0,1: both, in the same run), `train/<model>/P:<ranks>/deterministic`
-// (`hpctrain train --deterministic --micro-shard N`; docs/deterministic.md). Google Benchmark
+// (`hpctrain train --deterministic --micro-shard N`; docs/deterministic.md); a strategy other
+// than ddp (--strategies, docs/strategies.md) appends `/<strategy>`, a --grad_dtype other than
+// f32 `/<dtype>`. A --models entry ending in `.json` is a model config file (e.g. a wide MLP
+// for the memory counters), named by its file name. Google Benchmark
 // appends `/iterations:N/manual_time`. One iteration = one call of hpctrain::train::run_training — the
 // code `hpctrain train` runs: HDF5 reader with prefetch, forward/backward, bucketed overlapped
 // gradient all-reduce, SGD — from a freshly built model (same seed, so iterations repeat the
@@ -35,6 +39,8 @@
 //   cpu_util          rank 0's process CPU seconds (all its threads) over its wall seconds: on
 //                     a shared machine, how much of a core the run actually got (~1 alone)
 //   test_accuracy, test_loss, final_loss  (epochs mode with --eval_data)
+//   optimizer_state_bytes, gradient_bytes, parameter_bytes, peak_rss_bytes   what one rank
+//                     holds, the largest over the ranks (the --metrics summary's fields)
 //
 // The bound. A training step costs ~3x the forward multiply-adds, 2 FLOP each (forward, weight
 // gradient, input gradient; the first layer needs no input gradient):
@@ -54,6 +60,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <sys/resource.h>
@@ -87,7 +94,28 @@ struct Options {
   std::string algo = "auto";
   std::vector<bool> deterministic{false};
   std::int64_t micro_shard = 16;
+  std::vector<std::string> strategies{"ddp"};
+  std::string optimizer = "sgd";
+  std::string grad_dtype = "f32";
 };
+
+std::vector<std::string> split_list(const std::string& text, const std::string& what) {
+  std::vector<std::string> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  HPCTRAIN_REQUIRE(!out.empty(), what + "='" + text + "' names nothing");
+  return out;
+}
+
+/// A built-in model's name, or a JSON config file (`*.json`).
+nlohmann::json model_config(const std::string& model) {
+  if (model.size() < 5 || model.compare(model.size() - 5, 5, ".json") != 0) return {{"name", model}};
+  std::ifstream in(model);
+  HPCTRAIN_REQUIRE(in.good(), "models: cannot read model config '" + model + "'");
+  return nlohmann::json::parse(in);
+}
 
 double parse_real(const std::string& text, const std::string& what) {
   char* end = nullptr;
@@ -138,6 +166,9 @@ Options parse_options(int& argc, char** argv) {
     HPCTRAIN_REQUIRE(!o.deterministic.empty(), "deterministic='" + *v + "' names no setting");
   }
   if (auto v = take_flag(argc, argv, "micro_shard")) o.micro_shard = parse_count(*v, "micro_shard", 1);
+  if (auto v = take_flag(argc, argv, "strategies")) o.strategies = split_list(*v, "strategies");
+  if (auto v = take_flag(argc, argv, "optimizer")) o.optimizer = *v;
+  if (auto v = take_flag(argc, argv, "grad_dtype")) o.grad_dtype = *v;
   HPCTRAIN_REQUIRE(o.steps > 0 || o.epochs > 0, "steps=0 needs epochs=N (epochs mode)");
   if (o.steps > 0) o.epochs = 0;  // steps mode wins
   return o;
@@ -167,11 +198,14 @@ double process_cpu_s() {
 }
 
 void bench_training(benchmark::State& state, const Options& o, const std::string& model, bool deterministic,
-                    Communicator& comm) {
+                    const std::string& strategy, Communicator& comm) {
   hpctrain::train::TrainOptions t;
   t.deterministic = deterministic;
   t.micro_shard = o.micro_shard;
-  t.model = nlohmann::json{{"name", model}};
+  t.model = model_config(model);
+  t.strategy = strategy;
+  t.optimizer = o.optimizer;
+  t.grad_dtype = o.grad_dtype;
   t.data = o.data;
   t.global_batch = o.global_batch;
   t.lr = o.lr;
@@ -227,6 +261,11 @@ void bench_training(benchmark::State& state, const Options& o, const std::string
   state.counters["cpu_util"] = benchmark::Counter(cpu_util);
   state.counters["final_loss"] = benchmark::Counter(last.final_train_loss);
   state.counters["deterministic"] = benchmark::Counter(deterministic ? 1 : 0);
+  state.counters["optimizer_state_bytes"] = benchmark::Counter(static_cast<double>(last.memory.optimizer_state_bytes));
+  state.counters["gradient_bytes"] = benchmark::Counter(static_cast<double>(last.memory.gradient_bytes));
+  state.counters["parameter_bytes"] = benchmark::Counter(static_cast<double>(last.memory.parameter_bytes));
+  state.counters["peak_rss_bytes"] = benchmark::Counter(static_cast<double>(last.memory.peak_rss_bytes));
+  state.counters["parameters"] = benchmark::Counter(static_cast<double>(last.parameter_count));
   if (const double flop = train_flop_per_sample(model); flop > 0) {
     state.counters["gflop_per_s"] = benchmark::Counter(rate * flop * 1e-9);
   }
@@ -235,7 +274,7 @@ void bench_training(benchmark::State& state, const Options& o, const std::string
     state.counters["test_loss"] = benchmark::Counter(last.eval.loss);
     state.counters["epochs"] = benchmark::Counter(static_cast<double>(last.epochs_completed));
   }
-  state.SetLabel(model + (deterministic ? " deterministic micro_shard=" + std::to_string(o.micro_shard) : "") + " P=" + std::to_string(comm.size()) + " B=" + std::to_string(o.global_batch) +
+  state.SetLabel(model + " " + strategy + " " + o.optimizer + " grad_dtype=" + o.grad_dtype + (deterministic ? " deterministic micro_shard=" + std::to_string(o.micro_shard) : "") + " P=" + std::to_string(comm.size()) + " B=" + std::to_string(o.global_batch) +
                  (o.epochs > 0 ? " epochs=" + std::to_string(o.epochs) +
                                      (o.max_steps > 0 ? " max_steps=" + std::to_string(o.max_steps) : "")
                                : " steps=" + std::to_string(o.steps)));
@@ -249,15 +288,19 @@ int run(int& argc, char** argv) {
     if (o.epochs > 0 && o.eval_data.empty()) o.eval_data = hpctrain::io::ensure_fashion_mnist("test", comm);
   }
   for (const std::string& model : o.models) {
+    const std::string model_name = fs::path(model).stem().string();
     for (const bool deterministic : o.deterministic) {
-      const std::string name =
-          "train/" + model + "/P:" + std::to_string(comm.size()) + (deterministic ? "/deterministic" : "");
-      benchmark::RegisterBenchmark(name.c_str(), [&o, model, deterministic, &comm](benchmark::State& s) {
-        bench_training(s, o, model, deterministic, comm);
-      })
-          ->Iterations(o.iters)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+      for (const std::string& strategy : o.strategies) {
+        const std::string name = "train/" + model_name + "/P:" + std::to_string(comm.size()) +
+                                 (deterministic ? "/deterministic" : "") + (strategy == "ddp" ? "" : "/" + strategy) +
+                                 (o.grad_dtype == "f32" ? "" : "/" + o.grad_dtype);
+        benchmark::RegisterBenchmark(name.c_str(), [&o, model, deterministic, strategy, &comm](benchmark::State& s) {
+          bench_training(s, o, model, deterministic, strategy, comm);
+        })
+            ->Iterations(o.iters)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
   return hpctrain::bench::run_benchmarks(argc, argv, MPI_COMM_WORLD) ? 0 : 1;

@@ -27,6 +27,7 @@ form; hpctrain reads every batch from the HDF5 file on a prefetch thread instead
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -61,10 +62,13 @@ def load_split(path, mean, std):
     return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(labels)
 
 
-def build_model(name):
-    if name == "mlp":  # 784-512-256-10, ReLU
-        model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256),
-                              nn.ReLU(), nn.Linear(256, 10))
+def build_model(name, hidden=(512, 256)):
+    if name == "mlp":  # 784-512-256-10 by default (--hidden), ReLU
+        layers, width = [nn.Flatten()], 784
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        model = nn.Sequential(*layers, nn.Linear(width, 10))
     elif name == "cnn":  # conv5x5x32 pad2 -> ReLU -> pool2 -> conv5x5x64 pad2 -> ReLU -> pool2 -> 256 -> 10
         model = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                               nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -111,6 +115,11 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--warmup-steps", type=int, default=5, help="steps excluded from samples/s")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--hidden", default="512,256", help="mlp: hidden widths (hpctrain's \"hidden\")")
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    ap.add_argument("--zero", action="store_true",
+                    help="ZeRO-1: torch.distributed.optim.ZeroRedundancyOptimizer around the optimiser "
+                         "(the peer of hpctrain's --strategy zero1)")
     ap.add_argument("--mean", type=float, default=MEAN)
     ap.add_argument("--std", type=float, default=STD)
     args = ap.parse_args()
@@ -132,9 +141,17 @@ def main():
         x_test, y_test = load_split(args.eval_data, args.mean, args.std)
 
     torch.manual_seed(args.seed)  # same initial parameters on every rank (DDP broadcasts rank 0's anyway)
-    model = build_model(args.model)
+    model = build_model(args.model, [int(h) for h in args.hidden.split(",") if h])
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    if args.optimizer == "adamw":
+        opt_class, opt_args = torch.optim.AdamW, {"lr": args.lr, "weight_decay": 0.0}
+    else:
+        opt_class, opt_args = torch.optim.SGD, {"lr": args.lr, "momentum": args.momentum}
+    if args.zero and world > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=opt_class, **opt_args)
+    else:
+        opt = opt_class(ddp.parameters(), **opt_args)
 
     n = x_train.shape[0]
     batches = n // B  # drop the last partial global batch, as hpctrain does by default
@@ -188,6 +205,15 @@ def main():
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         measured_s = slowest.item()
     rate = measured_steps * B / measured_s if measured_steps > 0 and measured_s > 0 else 0.0
+    # Memory per rank (largest over the ranks): optimiser state (ZeRO: this rank's shard) and
+    # peak RSS, as hpctrain's --metrics summary reports them.
+    local_opt = opt.optim if hasattr(opt, "optim") else opt
+    state_bytes = sum(t.numel() * t.element_size() for st in local_opt.state.values()
+                      for t in st.values() if torch.is_tensor(t) and t.dim() > 0)
+    memory = torch.tensor([state_bytes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024],
+                          dtype=torch.float64)
+    if world > 1:
+        dist.all_reduce(memory, op=dist.ReduceOp.MAX)
     if rank == 0:
         print(json.dumps({
             "side": "torch", "model": args.model, "ranks": world, "global_batch": B,
@@ -196,6 +222,9 @@ def main():
             "final_loss": loss_value, "seconds": t_end - run_start,
             "compute_s": compute_s, "data_s": data_s, "eval_s": eval_s, "cpu_util": cpu_util,
             "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "optimizer": args.optimizer, "zero": bool(args.zero and world > 1),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "optimizer_state_bytes": int(memory[0].item()), "peak_rss_bytes": int(memory[1].item()),
         }), flush=True)
     if world > 1:
         dist.barrier()

@@ -256,19 +256,15 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
                               ReduceOp op, Algorithm algo) {
   check_buffers("iallreduce", send, recv, count, count, count, type, rank());
   if (algo == Algorithm::automatic) algo = tuning_.allreduce_algorithm;
-  if (!engine_) engine_ = std::make_unique<ProgressEngine>();
   const std::uint64_t seq = sequence_++;
-  return Work(engine_->submit([=] { run_allreduce(send, recv, count, type, op, algo, seq); }));
+  return Work(engine().submit([=] { run_allreduce(send, recv, count, type, op, algo, seq); }));
 }
 
-void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
-                                  ReduceOp op) {
-  const std::size_t p = static_cast<std::size_t>(size());
-  check_buffers("reduce_scatter", send, recv, recv_count, recv_count * p, recv_count, type, rank());
-  drain();
-  const std::uint64_t seq = sequence_++;
-  const std::size_t elem = size_of(type);
+void Communicator::run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                                      ReduceOp op, std::uint64_t seq) {
   if (recv_count == 0) return;
+  const std::size_t p = static_cast<std::size_t>(size());
+  const std::size_t elem = size_of(type);
   // The ring reduces in place, so it works on a copy of the send buffer.
   std::vector<std::byte> work(static_cast<const std::byte*>(send),
                               static_cast<const std::byte*>(send) + recv_count * p * elem);
@@ -281,20 +277,94 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
   if (op == ReduceOp::avg) detail::divide_by(recv, recv_count, type, size());
 }
 
-void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+void Communicator::run_allgather(const void* send, void* recv, std::size_t count, DataType type, std::uint64_t seq) {
+  if (count == 0) return;
   const std::size_t p = static_cast<std::size_t>(size());
   const std::size_t elem = size_of(type);
   auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * elem;
-  if (send != own) check_buffers("allgather", send, recv, count, count, count * p, type, rank());
-  drain();
-  const std::uint64_t seq = sequence_++;
-  if (count == 0) return;
   if (send != own) std::memcpy(own, send, count * elem);
   std::vector<std::size_t> offsets(p + 1);
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * count;
   const WaitPolicy wait_policy = policy("allgather", Algorithm::ring);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   detail::ring_allgather(ctx, recv, offsets, type);
+}
+
+void Communicator::run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op,
+                                               std::uint64_t seq) {
+  if (count == 0) return;
+  const auto offsets = detail::balanced_offsets(count, size());
+  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", Algorithm::ring);
+  detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
+  detail::ring_reduce_scatter(ctx, buf, buf, offsets, type, detail::combine_op(op));
+  if (op == ReduceOp::avg) {
+    const auto r = static_cast<std::size_t>(rank());
+    detail::divide_by(static_cast<std::byte*>(buf) + offsets[r] * size_of(type), offsets[r + 1] - offsets[r], type,
+                      size());
+  }
+}
+
+void Communicator::run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq) {
+  if (count == 0) return;
+  const auto offsets = detail::balanced_offsets(count, size());
+  const WaitPolicy wait_policy = policy("allgather(in place)", Algorithm::ring);
+  detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
+  detail::ring_allgather(ctx, buf, offsets, type);
+}
+
+ProgressEngine& Communicator::engine() {
+  if (!engine_) engine_ = std::make_unique<ProgressEngine>();
+  return *engine_;
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                                  ReduceOp op) {
+  const std::size_t p = static_cast<std::size_t>(size());
+  check_buffers("reduce_scatter", send, recv, recv_count, recv_count * p, recv_count, type, rank());
+  drain();
+  run_reduce_scatter(send, recv, recv_count, type, op, sequence_++);
+}
+
+Work Communicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                                   ReduceOp op) {
+  const std::size_t p = static_cast<std::size_t>(size());
+  check_buffers("ireduce_scatter", send, recv, recv_count, recv_count * p, recv_count, type, rank());
+  const std::uint64_t seq = sequence_++;
+  return Work(engine().submit([=] { run_reduce_scatter(send, recv, recv_count, type, op, seq); }));
+}
+
+void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  const std::size_t p = static_cast<std::size_t>(size());
+  auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * size_of(type);
+  if (send != own) check_buffers("allgather", send, recv, count, count, count * p, type, rank());
+  drain();
+  run_allgather(send, recv, count, type, sequence_++);
+}
+
+Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DataType type) {
+  const std::size_t p = static_cast<std::size_t>(size());
+  auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * size_of(type);
+  if (send != own) check_buffers("iallgather", send, recv, count, count, count * p, type, rank());
+  const std::uint64_t seq = sequence_++;
+  return Work(engine().submit([=] { run_allgather(send, recv, count, type, seq); }));
+}
+
+Work Communicator::ireduce_scatter_in_place(void* buf, std::size_t count, DataType type, ReduceOp op) {
+  check_buffers("ireduce_scatter_in_place", buf, buf, count, count, count, type, rank());
+  const std::uint64_t seq = sequence_++;
+  return Work(engine().submit([=] { run_balanced_reduce_scatter(buf, count, type, op, seq); }));
+}
+
+Work Communicator::iallgather_in_place(void* buf, std::size_t count, DataType type) {
+  check_buffers("iallgather_in_place", buf, buf, count, count, count, type, rank());
+  const std::uint64_t seq = sequence_++;
+  return Work(engine().submit([=] { run_balanced_allgather(buf, count, type, seq); }));
+}
+
+BlockRange balanced_block(std::size_t count, int parts, int index) noexcept {
+  const auto p = static_cast<std::size_t>(parts), b = static_cast<std::size_t>(index);
+  const std::size_t base = count / p, extra = count % p;
+  return BlockRange{b * base + std::min(b, extra), base + (b < extra ? 1 : 0)};
 }
 
 void Communicator::broadcast(void* buf, std::size_t count, DataType type, int root) {

@@ -140,8 +140,15 @@ int posix_fd(hid_t file) {
   return *static_cast<int*>(handle);
 }
 
-void write_shard(const std::string& path, const std::vector<CheckpointTensor>& tensors,
-                 const std::vector<Piece>& pieces, int rank, std::int64_t step) {
+/// What one rank writes of one tensor: elements [offset, offset + count) taken from `data`.
+struct WritePiece {
+  const std::string* name;
+  const std::vector<std::int64_t>* shape;
+  std::int64_t offset, count;
+  const float* data;  // the piece's first element
+};
+
+void write_shard(const std::string& path, const std::vector<WritePiece>& pieces, int rank, std::int64_t step) {
   H5Lock lock;
   H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                                 "checkpoint shard '" + path + "': create"));
@@ -150,17 +157,15 @@ void write_shard(const std::string& path, const std::vector<CheckpointTensor>& t
   const int fd = posix_fd(file.get());
   const H5PropList lcpl = intermediate_groups();
   bool first = true;
-  for (const Piece& p : pieces) {
-    const CheckpointTensor& t = tensors[p.tensor];
+  for (const WritePiece& p : pieces) {
     const hsize_t dims[1] = {static_cast<hsize_t>(p.count)};
     H5Dataspace space(HPCTRAIN_CHECK_H5(H5Screate_simple(1, dims, nullptr), "checkpoint: dataspace"));
-    const std::string where = "checkpoint shard '" + path + "' dataset '/" + t.name + "'";
-    H5Dataset ds(HPCTRAIN_CHECK_H5(H5Dcreate2(file.get(), ("/" + t.name).c_str(), H5T_IEEE_F32LE, space.get(),
+    const std::string where = "checkpoint shard '" + path + "' dataset '/" + *p.name + "'";
+    H5Dataset ds(HPCTRAIN_CHECK_H5(H5Dcreate2(file.get(), ("/" + *p.name).c_str(), H5T_IEEE_F32LE, space.get(),
                                               lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
                                    where + ": create"));
-    HPCTRAIN_CHECK_H5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data + p.offset),
-                      where + ": write");
-    h5_write_attribute(ds.get(), "global_shape", t.shape);
+    HPCTRAIN_CHECK_H5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data), where + ": write");
+    h5_write_attribute(ds.get(), "global_shape", *p.shape);
     h5_write_attribute(ds.get(), "offset", p.offset);
     if (fd >= 0) start_writeback(fd);
     if (first) {
@@ -170,6 +175,56 @@ void write_shard(const std::string& path, const std::vector<CheckpointTensor>& t
     }
   }
   HPCTRAIN_CHECK_H5(H5Fclose(file.release()), "checkpoint shard '" + path + "': close");
+}
+
+/// This rank's pieces: its even share of the replicated tensors' concatenation, then its
+/// slices of the sharded ones.
+std::vector<WritePiece> rank_pieces(const std::vector<CheckpointTensor>& replicated,
+                                    const std::vector<CheckpointSlice>& sharded, std::int64_t begin, std::int64_t end) {
+  std::vector<WritePiece> out;
+  for (const Piece& p : pieces_of(replicated, begin, end)) {
+    const CheckpointTensor& t = replicated[p.tensor];
+    out.push_back({&t.name, &t.shape, p.offset, p.count, t.data + p.offset});
+  }
+  for (const CheckpointSlice& s : sharded) {
+    if (s.count > 0) out.push_back({&s.name, &s.shape, s.offset, s.count, s.data});
+  }
+  return out;
+}
+
+/// Every rank's (offset, count) of each sharded tensor, rank-major; checks they tile each
+/// tensor (collective; throws the same message on every rank).
+std::vector<std::int64_t> gather_slices(coll::Communicator& comm, const std::vector<CheckpointSlice>& sharded) {
+  const std::size_t n = sharded.size(), world = static_cast<std::size_t>(comm.size());
+  std::int64_t count = static_cast<std::int64_t>(n), lo = count, hi = count;
+  comm.allreduce(&lo, 1, coll::ReduceOp::min);
+  comm.allreduce(&hi, 1, coll::ReduceOp::max);
+  HPCTRAIN_REQUIRE(lo == hi, "checkpoint: ranks pass different numbers of sharded tensors (" + std::to_string(lo) +
+                                 ".." + std::to_string(hi) + ")");
+  std::vector<std::int64_t> mine(2 * n), all(2 * n * world);
+  for (std::size_t j = 0; j < n; ++j) {
+    mine[2 * j] = sharded[j].offset;
+    mine[2 * j + 1] = sharded[j].count;
+  }
+  comm.allgather(mine.data(), all.data(), 2 * n, coll::DataType::i64);
+  for (std::size_t j = 0; j < n; ++j) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+    for (std::size_t r = 0; r < world; ++r) {
+      if (all[(r * n + j) * 2 + 1] > 0) spans.emplace_back(all[(r * n + j) * 2], all[(r * n + j) * 2 + 1]);
+    }
+    std::sort(spans.begin(), spans.end());
+    std::int64_t next = 0;
+    for (const auto& [off, cnt] : spans) {
+      HPCTRAIN_REQUIRE(off == next, "checkpoint: the ranks' slices of sharded tensor '" + sharded[j].name +
+                                        "' do not tile it (a gap or an overlap at element " + std::to_string(next) + ")");
+      next = off + cnt;
+    }
+    HPCTRAIN_REQUIRE(next == product(sharded[j].shape), "checkpoint: the ranks' slices of sharded tensor '" +
+                                                            sharded[j].name + "' cover " + std::to_string(next) +
+                                                            " of its " + std::to_string(product(sharded[j].shape)) +
+                                                            " elements");
+  }
+  return all;
 }
 
 void prune(const fs::path& dir, std::int64_t newest, int keep) {
@@ -196,6 +251,12 @@ void prune(const fs::path& dir, std::int64_t newest, int keep) {
 CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, std::int64_t step,
                               const nlohmann::json& metadata, const std::vector<CheckpointTensor>& tensors,
                               int keep) {
+  return write_checkpoint(comm, dir, step, metadata, tensors, {}, keep);
+}
+
+CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, std::int64_t step,
+                              const nlohmann::json& metadata, const std::vector<CheckpointTensor>& tensors,
+                              const std::vector<CheckpointSlice>& sharded, int keep) {
   HPCTRAIN_REQUIRE(keep >= 1, "--keep must be at least 1, got " + std::to_string(keep));
   HPCTRAIN_REQUIRE(step >= 0, "checkpoint step must be non-negative");
   const auto start = std::chrono::steady_clock::now();
@@ -216,13 +277,14 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
   }
   agree(comm, error, "checkpoint " + step_name(step) + " in '" + dir + "'");
 
+  const std::vector<std::int64_t> slices = gather_slices(comm, sharded);
   std::int64_t total = 0;
   for (const auto& t : tensors) total += product(t.shape);
   const std::int64_t begin = total * rank / world, end = total * (rank + 1) / world;
   const std::string shard = shard_name(rank, world);
   std::int64_t digest[2] = {0, 0};
   try {
-    write_shard((tmp / shard).string(), tensors, pieces_of(tensors, begin, end), rank, step);
+    write_shard((tmp / shard).string(), rank_pieces(tensors, sharded, begin, end), rank, step);
     // Checksum the bytes as written (from the page cache) while the device is still busy with
     // them, then wait for the device.
     const FileDigest d = digest_file((tmp / shard).string());
@@ -274,6 +336,14 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
       for (std::size_t t = 0; t < tensors.size(); ++t) {
         list.push_back({{"name", tensors[t].name}, {"shape", tensors[t].shape}, {"dtype", "f32"},
                         {"pieces", piece_lists[t]}});
+      }
+      for (std::size_t j = 0; j < sharded.size(); ++j) {
+        nlohmann::json pieces = nlohmann::json::array();
+        for (int r = 0; r < world; ++r) {
+          const std::size_t at = (static_cast<std::size_t>(r) * sharded.size() + j) * 2;
+          if (slices[at + 1] > 0) pieces.push_back({{"shard", r}, {"offset", slices[at]}, {"count", slices[at + 1]}});
+        }
+        list.push_back({{"name", sharded[j].name}, {"shape", sharded[j].shape}, {"dtype", "f32"}, {"pieces", pieces}});
       }
       m["tensors"] = list;
       m[kManifestChecksumKey] = manifest_checksum(m);

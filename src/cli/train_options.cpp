@@ -106,6 +106,16 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
       ->capture_default_str();
   train.add_option("--algo", a.algo, "Gradient all-reduce algorithm: " + hpctrain::coll::algorithm_names())
       ->capture_default_str();
+  train.add_option("--strategy", o.strategy,
+                   "Gradient strategy: ddp (replicated), zero1 (optimiser state sharded over the ranks: "
+                   "reduce-scatter, sharded step, all-gather), zero2 (gradients kept as the shard too). "
+                   "zero2 cannot run with --deterministic; zero1/zero2 take no --algo but auto/ring "
+                   "(docs/strategies.md)")
+      ->capture_default_str();
+  train.add_option("--grad-dtype", o.grad_dtype,
+                   "Gradients on the wire: f32, bf16 or f16 (16-bit casts, f32 additions, f32 master "
+                   "weights); not with --deterministic")
+      ->capture_default_str();
   train.add_option("--bucket-mb", a.bucket_mb, "Gradient bucket size in MiB (the first bucket is smaller)")
       ->capture_default_str();
   train.add_option("--first-bucket-mb", a.first_bucket_mb, "Size of the first gradient bucket in MiB")

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -280,6 +282,69 @@ TEST(LoopbackCollectives, ReduceScatterAllgatherBroadcastBarrier) {
       (void)first;
     });
     EXPECT_EQ(failures.load(), 0u) << "ranks=" << ranks;
+  }
+}
+
+// The non-blocking reduce-scatter / all-gather (block and in-place balanced forms) over ranks
+// 1..16 and every floating type (16-bit ones reduced in float, rounded per hop), against the
+// float64 reference with its error bound; two collectives queued before either is waited for.
+TEST(LoopbackCollectives, NonBlockingReduceScatterAllgather) {
+  for (int ranks : {1, 2, 3, 4, 7, 16}) {
+    for (DataType type : {DataType::f32, DataType::f64, DataType::bf16, DataType::f16}) {
+      std::atomic<std::size_t> failures{0};
+      std::mutex m;
+      std::string first;
+      run_ranks(ranks, test_tuning(), [&](Communicator& comm) {
+        const int p = comm.size(), r = comm.rank();
+        const std::size_t elem = size_of(type);
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5},
+                                  static_cast<std::size_t>(std::max(1, p - 1)), std::size_t{1001}}) {
+          const std::uint64_t seed = 11 + count;
+          std::vector<std::byte> block_in(count * static_cast<std::size_t>(p) * elem), block_out(count * elem);
+          std::vector<std::byte> balanced(count * elem);
+          testing::fill_input(type, ReduceOp::sum, seed, r, block_in.data(), count * static_cast<std::size_t>(p));
+          testing::fill_input(type, ReduceOp::sum, seed, r, balanced.data(), count);
+          Work a = comm.ireduce_scatter(block_in.data(), block_out.data(), count, type, ReduceOp::sum);
+          Work b = comm.ireduce_scatter_in_place(balanced.data(), count, type, ReduceOp::sum);
+          b.wait();
+          a.wait();
+          std::string what;
+          auto check = [&](const std::byte* got, std::size_t global_first, std::size_t n, const char* name) {
+            for (std::size_t i = 0; i < n; ++i) {
+              const auto e = testing::expected_value(type, ReduceOp::sum, seed, p, global_first + i);
+              const double v = testing::load(type, got, i);
+              if (!(std::fabs(v - e.value) <= e.tolerance)) {
+                if (failures++ == 0) {
+                  std::lock_guard<std::mutex> lock(m);
+                  first = std::string(name) + " " + std::string(to_string(type)) + " p=" + std::to_string(p) +
+                          " count=" + std::to_string(count) + " [" + std::to_string(global_first + i) +
+                          "]: got " + std::to_string(v) + ", expected " + std::to_string(e.value);
+                }
+              }
+            }
+          };
+          check(block_out.data(), static_cast<std::size_t>(r) * count, count, "ireduce_scatter");
+          const BlockRange own = balanced_block(count, p, r);
+          check(balanced.data() + own.offset * elem, own.offset, own.count, "ireduce_scatter_in_place");
+          // All-gathers: every rank contributes its rank-tagged values, block and balanced.
+          std::vector<double> mine(count), all(count * static_cast<std::size_t>(p), -1.0), gathered(count, -1.0);
+          for (std::size_t i = 0; i < count; ++i) mine[i] = r * 4096.0 + static_cast<double>(i);
+          for (std::size_t i = 0; i < own.count; ++i) gathered[own.offset + i] = r * 4096.0 + static_cast<double>(i);
+          Work g1 = comm.iallgather(mine.data(), all.data(), count, DataType::f64);
+          Work g2 = comm.iallgather_in_place(gathered.data(), count, DataType::f64);
+          g1.wait();
+          g2.wait();
+          for (int q = 0; q < p; ++q) {
+            const BlockRange blk = balanced_block(count, p, q);
+            for (std::size_t i = 0; i < count; ++i)
+              if (all[static_cast<std::size_t>(q) * count + i] != q * 4096.0 + static_cast<double>(i)) ++failures;
+            for (std::size_t i = 0; i < blk.count; ++i)
+              if (gathered[blk.offset + i] != q * 4096.0 + static_cast<double>(i)) ++failures;
+          }
+        }
+      });
+      EXPECT_EQ(failures.load(), 0u) << "ranks=" << ranks << " " << to_string(type) << ": " << first;
+    }
   }
 }
 

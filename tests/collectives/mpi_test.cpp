@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -164,6 +165,71 @@ std::vector<Variant> variants() {
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MpiAllreduce, ::testing::ValuesIn(variants()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The non-blocking forms (progress thread) against MPI_Reduce_scatter_block / MPI_Allgather,
+// several queued at once so submission order matters, over f32 (sum of small integers: exact,
+// so equality is the right check), f64 and i64, at the matrix's sizes.
+TEST(MpiCollectives, NonBlockingReduceScatterAllgatherMatchMpi) {
+  Communicator comm = make_comm(64 << 10, 1 << 20);
+  const int p = comm.size(), r = comm.rank();
+  const auto up = static_cast<std::size_t>(p);
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, up > 1 ? up - 1 : 1, max_count()}) {
+    std::vector<float> in_f(count * up), out_f(count, -1.f), ref_f(count);
+    std::vector<std::int64_t> in_i(count * up), out_i(count, -1), ref_i(count);
+    for (std::size_t i = 0; i < in_f.size(); ++i) {
+      in_f[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50.f;
+      in_i[i] = static_cast<std::int64_t>(i) * (r + 3) - 5;
+    }
+    std::vector<double> mine(count), all(count * up, -1.0), all_ref(count * up);
+    for (std::size_t i = 0; i < count; ++i) mine[i] = r + 1e-3 * static_cast<double>(i);
+    Work w1 = comm.ireduce_scatter(in_f.data(), out_f.data(), count, DataType::f32, ReduceOp::sum);
+    Work w2 = comm.ireduce_scatter(in_i.data(), out_i.data(), count, DataType::i64, ReduceOp::sum);
+    Work w3 = comm.iallgather(mine.data(), all.data(), count, DataType::f64);
+    w3.wait();
+    w1.wait();
+    w2.wait();
+    MPI_Reduce_scatter_block(in_f.data(), ref_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Reduce_scatter_block(in_i.data(), ref_i.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allgather(mine.data(), static_cast<int>(count), MPI_DOUBLE, all_ref.data(), static_cast<int>(count), MPI_DOUBLE,
+                  MPI_COMM_WORLD);
+    EXPECT_EQ(out_f, ref_f) << "ireduce_scatter f32 count=" << count;
+    EXPECT_EQ(out_i, ref_i) << "ireduce_scatter i64 count=" << count;
+    EXPECT_EQ(all, all_ref) << "iallgather f64 count=" << count;
+  }
+}
+
+// The in-place forms over the balanced partition (what ZeRO runs on gradient buckets), against
+// MPI_Reduce_scatter with the same block lengths and MPI_Allgatherv, at counts that do not
+// divide by P.
+TEST(MpiCollectives, InPlaceBalancedReduceScatterAllgatherMatchMpi) {
+  Communicator comm = make_comm(64 << 10, 1 << 20);
+  const int p = comm.size(), r = comm.rank();
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}, max_count()}) {
+    std::vector<int> counts(static_cast<std::size_t>(p)), displs(static_cast<std::size_t>(p));
+    for (int b = 0; b < p; ++b) {
+      const BlockRange block = balanced_block(count, p, b);
+      counts[static_cast<std::size_t>(b)] = static_cast<int>(block.count);
+      displs[static_cast<std::size_t>(b)] = static_cast<int>(block.offset);
+      if (b > 0) {
+        EXPECT_EQ(block.offset, balanced_block(count, p, b - 1).offset + balanced_block(count, p, b - 1).count);
+      }
+    }
+    const BlockRange own = balanced_block(count, p, r);
+    std::vector<std::int64_t> buf(count), input(count), ref(own.count);
+    for (std::size_t i = 0; i < count; ++i) input[i] = buf[i] = static_cast<std::int64_t>(i * i % 9973) * (r + 1);
+    comm.ireduce_scatter_in_place(buf.data(), count, DataType::i64, ReduceOp::sum).wait();
+    MPI_Reduce_scatter(input.data(), ref.data(), counts.data(), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_TRUE(std::equal(ref.begin(), ref.end(), buf.begin() + static_cast<std::ptrdiff_t>(own.offset)))
+        << "ireduce_scatter_in_place count=" << count;
+
+    std::vector<float> gathered(count, -1.f), mine(own.count), gathered_ref(count);
+    for (std::size_t i = 0; i < own.count; ++i) mine[i] = gathered[own.offset + i] = static_cast<float>(r * 100000 + static_cast<int>(i));
+    comm.iallgather_in_place(gathered.data(), count, DataType::f32).wait();
+    MPI_Allgatherv(mine.data(), static_cast<int>(own.count), MPI_FLOAT, gathered_ref.data(), counts.data(),
+                   displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    EXPECT_EQ(gathered, gathered_ref) << "iallgather_in_place count=" << count;
+  }
+}
 
 TEST(MpiCollectives, ReduceScatterAllgatherBroadcast) {
   Communicator comm = make_comm(64 << 10, 1 << 20);

@@ -10,9 +10,10 @@ namespace hpctrain::train {
 struct BucketedAllreduceSync::Pass : TrainingPass {};
 
 BucketedAllreduceSync::BucketedAllreduceSync(coll::Communicator& comm, models::Sequential<float>& model,
-                                             DataParallelOptions options, Timeline* timeline)
+                                             DataParallelOptions options, Timeline* timeline, ReduceEvery every,
+                                             std::function<void()> on_reduced)
     : model_(model), timeline_(timeline), data_parallel_(comm, model, options, timeline),
-      pass_(std::make_unique<Pass>()) {}
+      pass_(std::make_unique<Pass>()), every_(every), on_reduced_(std::move(on_reduced)) {}
 
 BucketedAllreduceSync::~BucketedAllreduceSync() = default;
 
@@ -21,12 +22,32 @@ void BucketedAllreduceSync::begin_step(const OptimizerStep& step) {
   step_ = step;
   micro_ = 0;
   loss_ = 0.0;
+  waited_s_ = 0.0;
+}
+
+void BucketedAllreduceSync::reduced_micro_batch() {
+  waited_s_ += data_parallel_.finish();
+  record_overlap();
+  if (on_reduced_) on_reduced_();
+}
+
+void BucketedAllreduceSync::record_overlap() {
+  for (const auto& span : data_parallel_.last_step_spans()) {
+    if (span.first < backward_end_ && last_had_samples_) overlap_observed_ = true;
+  }
 }
 
 void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
   using Clock = std::chrono::steady_clock;
   const bool last = ++micro_ == step_.batch_sizes.size();
-  data_parallel_.begin_step(/*sync=*/last);
+  const bool every = every_ == ReduceEvery::micro_batch;
+  // The previous micro-batch's reduction must be done (and its blocks taken) before this one's
+  // backward adds into the same buffer.
+  if (every && micro_ > 1) {
+    reduced_micro_batch();
+    model_.zero_gradients();
+  }
+  data_parallel_.begin_step(/*sync=*/last || every);
   const auto t_forward = Clock::now();
   backward_end_ = t_forward;
   last_had_samples_ = micro.batch.count > 0;
@@ -42,15 +63,18 @@ void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
 }
 
 double BucketedAllreduceSync::finish_step() {
-  const double waited = data_parallel_.finish();
-  for (const auto& span : data_parallel_.last_step_spans()) {
-    if (span.first < backward_end_ && last_had_samples_) overlap_observed_ = true;
-  }
-  return waited;
+  reduced_micro_batch();
+  return waited_s_;
 }
 
-void BucketedAllreduceSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
+double BucketedAllreduceSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
   apply_full_gradient(model_, optimizer, lr, clip_norm);
+  return 0.0;
+}
+
+GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const {
+  const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
+  return HeldBytes{bytes, bytes};
 }
 
 }  // namespace hpctrain::train

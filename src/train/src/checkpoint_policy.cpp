@@ -41,26 +41,52 @@ nlohmann::json run_identity(const TrainOptions& o, std::int64_t samples) {
 
 struct HostState {
   std::vector<float> params;
-  std::vector<std::pair<std::string, std::vector<float>>> optimizer;  // (state name, values)
+  /// (state name, values): the whole buffer, or with a shard this rank's shard of it.
+  std::vector<std::pair<std::string, std::vector<float>>> optimizer;
 };
 
-std::vector<io::CheckpointTensor> checkpoint_tensors(const models::Sequential<float>& model, const HostState& h) {
+std::vector<io::CheckpointTensor> parameter_tensors(const models::Sequential<float>& model, const HostState& h) {
   std::vector<io::CheckpointTensor> out;
   for (const auto& p : model.parameter_info()) out.push_back({"params/" + p.name, p.shape, h.params.data() + p.offset});
+  return out;
+}
+
+std::string state_name(const std::string& state, const models::ParameterInfo& p) {
+  return "optimizer/" + state + "/" + p.name;
+}
+
+/// Replicated optimiser state: whole tensors, split evenly by the writer like the parameters.
+std::vector<io::CheckpointTensor> state_tensors(const models::Sequential<float>& model, const HostState& h) {
+  std::vector<io::CheckpointTensor> out;
+  for (const auto& [state, values] : h.optimizer) {
+    for (const auto& p : model.parameter_info()) out.push_back({state_name(state, p), p.shape, values.data() + p.offset});
+  }
+  return out;
+}
+
+/// Sharded optimiser state: this rank's slice of every tensor, written as it is held.
+std::vector<io::CheckpointSlice> state_slices(const models::Sequential<float>& model, const HostState& h,
+                                              const ShardLayout& shard) {
+  std::vector<io::CheckpointSlice> out;
   for (const auto& [state, values] : h.optimizer) {
     for (const auto& p : model.parameter_info()) {
-      out.push_back({"optimizer/" + state + "/" + p.name, p.shape, values.data() + p.offset});
+      const ShardRange r = shard.slice_of(p.offset, p.count);
+      out.push_back({state_name(state, p), p.shape, r.global_offset - p.offset, r.count, values.data() + r.local_offset});
     }
   }
   return out;
 }
 
+std::int64_t state_count(const models::Sequential<float>& model, const ShardLayout* shard) {
+  return shard ? shard->shard_count() : model.parameter_count();
+}
+
 void save_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Sequential<float>& model,
-                     core::Optimizer<float>& optimizer, std::int64_t step, std::int64_t epoch, std::int64_t next_batch,
-                     std::int64_t samples, const char* reason) {
+                     core::Optimizer<float>& optimizer, const ShardLayout* shard, std::int64_t step,
+                     std::int64_t epoch, std::int64_t next_batch, std::int64_t samples, const char* reason) {
   const bool chatty = comm.rank() == 0 && !o.quiet;
   Kokkos::fence();
-  if (optimizer.state().empty()) optimizer.allocate_state(model.parameter_count());
+  if (optimizer.state().empty()) optimizer.allocate_state(state_count(model, shard));
   HostState h;
   h.params = core::to_host(model.parameter_buffer());
   require_finite_parameters(h.params.data(), h.params.size(), step);
@@ -75,7 +101,15 @@ void save_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Se
   // What predict/serve must apply to an input before the model sees it (docs/serving.md);
   // checkpoints written before this field read as the trainer's defaults.
   meta["input_normalization"] = {{"mean", o.normalize_mean}, {"std", o.normalize_std}};
-  const auto r = io::write_checkpoint(comm, o.checkpoint_dir, step, meta, checkpoint_tensors(model, h), o.keep);
+  meta["strategy"] = o.strategy;  // informational: any strategy resumes any checkpoint
+  std::vector<io::CheckpointTensor> tensors = parameter_tensors(model, h);
+  std::vector<io::CheckpointSlice> slices;
+  if (shard) {
+    slices = state_slices(model, h, *shard);
+  } else {
+    for (auto& t : state_tensors(model, h)) tensors.push_back(std::move(t));
+  }
+  const auto r = io::write_checkpoint(comm, o.checkpoint_dir, step, meta, tensors, slices, o.keep);
   if (chatty) {
     std::printf("hpctrain: checkpoint %s (%s): %.1f MB in %.2f s (%.0f MB/s)\n", r.path.c_str(), reason,
                 static_cast<double>(r.bytes) / 1e6, r.seconds, static_cast<double>(r.bytes) / 1e6 / std::max(r.seconds, 1e-9));
@@ -115,19 +149,22 @@ std::string choose_checkpoint(const TrainOptions& o, std::int64_t samples, bool 
   return chosen;
 }
 
-/// Every rank: reads the step directory `path` into `model` and `optimizer`.
+/// Every rank: reads the step directory `path` into `model` and `optimizer` (with `shard`,
+/// only this rank's part of the optimiser state; the whole tensors are read on the host, then
+/// the shard kept).
 ResumePoint load_checkpoint(const std::string& path, models::Sequential<float>& model,
-                            core::Optimizer<float>& optimizer) {
+                            core::Optimizer<float>& optimizer, const ShardLayout* shard) {
   ResumePoint point;
   point.path = path;
   const nlohmann::json meta = io::read_manifest(point.path).at("metadata");
-  optimizer.allocate_state(model.parameter_count());
+  optimizer.allocate_state(state_count(model, shard));
   HostState h;
   h.params.resize(static_cast<std::size_t>(model.parameter_count()));
   const auto state = optimizer.state();
   for (const auto& s : state) h.optimizer.emplace_back(s.name, std::vector<float>(h.params.size()));
   std::vector<io::CheckpointDestination> dests;
-  for (const auto& t : checkpoint_tensors(model, h)) dests.push_back({t.name, t.shape, const_cast<float*>(t.data)});
+  for (const auto& t : parameter_tensors(model, h)) dests.push_back({t.name, t.shape, const_cast<float*>(t.data)});
+  for (const auto& t : state_tensors(model, h)) dests.push_back({t.name, t.shape, const_cast<float*>(t.data)});
   io::read_checkpoint_tensors(point.path, dests);
   // End to end: the parameters as reassembled on this rank (from any number of shards) must
   // hash to what the writer hashed before splitting them.
@@ -137,7 +174,17 @@ ResumePoint load_checkpoint(const std::string& path, models::Sequential<float>& 
                      "when they were written");
   }
   core::from_host(model.parameter_buffer(), h.params);
-  for (std::size_t i = 0; i < state.size(); ++i) core::from_host(state[i].tensor.data, h.optimizer[i].second);
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    if (!shard) {
+      core::from_host(state[i].tensor.data, h.optimizer[i].second);
+      continue;
+    }
+    std::vector<float> mine(static_cast<std::size_t>(shard->shard_count()));
+    for (const ShardRange& r : shard->ranges()) {
+      std::copy_n(h.optimizer[i].second.begin() + r.global_offset, r.count, mine.begin() + r.local_offset);
+    }
+    core::from_host(state[i].tensor.data, mine);
+  }
   optimizer.set_step_count(meta.at("optimizer_step_count").get<std::int64_t>());
   point.step = meta.at("step").get<std::int64_t>();
   point.epoch = meta.at("epoch").get<std::int64_t>();
@@ -149,7 +196,8 @@ ResumePoint load_checkpoint(const std::string& path, models::Sequential<float>& 
 }  // namespace
 
 ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions& o, models::Sequential<float>& model,
-                                   core::Optimizer<float>& optimizer, std::int64_t samples) {
+                                   core::Optimizer<float>& optimizer, std::int64_t samples,
+                                   const ShardLayout* shard) {
   const bool chatty = comm.rank() == 0 && !o.quiet;
   std::string chosen;
   std::exception_ptr error;
@@ -163,7 +211,7 @@ ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions&
   agree_with_rank0(comm, error);
   const std::string path = broadcast_string(comm, chosen);
   if (path.empty()) return ResumePoint{};
-  const ResumePoint point = load_checkpoint(path, model, optimizer);
+  const ResumePoint point = load_checkpoint(path, model, optimizer, shard);
   if (chatty) {
     std::printf("hpctrain: resumed from %s (step %lld, epoch %lld, batch %lld; written by %lld ranks)\n",
                 point.path.c_str(), static_cast<long long>(point.step), static_cast<long long>(point.epoch + 1),
@@ -174,8 +222,9 @@ ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions&
   return point;
 }
 
-CheckpointPolicy::CheckpointPolicy(const TrainOptions& o, coll::Communicator& comm, std::int64_t data_samples)
-    : options_(o), comm_(comm), data_samples_(data_samples), enabled_(!o.checkpoint_dir.empty()) {
+CheckpointPolicy::CheckpointPolicy(const TrainOptions& o, coll::Communicator& comm, std::int64_t data_samples,
+                                   const ShardLayout* shard)
+    : options_(o), comm_(comm), data_samples_(data_samples), shard_(shard), enabled_(!o.checkpoint_dir.empty()) {
   HPCTRAIN_REQUIRE(o.checkpoint_every >= 0 && o.checkpoint_every_s >= 0, "--checkpoint-every must be non-negative");
   HPCTRAIN_REQUIRE(!enabled_ || o.keep >= 1, "--keep must be at least 1");
   if (enabled_) install_preemption_handlers();
@@ -197,7 +246,7 @@ bool CheckpointPolicy::after_step(std::int64_t step, std::int64_t total_steps, s
   const bool preempted = flags[0] != 0;
   const bool periodic = (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || flags[1];
   if (preempted || periodic || step == total_steps) {
-    save_checkpoint(comm_, o, model, optimizer, step, epoch, next_batch, data_samples_,
+    save_checkpoint(comm_, o, model, optimizer, shard_, step, epoch, next_batch, data_samples_,
                     preempted ? "preemption" : (step == total_steps ? "final" : "periodic"));
     ++written_;
     last_checkpoint_ = Clock::now();

@@ -11,6 +11,7 @@
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/models/sequential.hpp"
+#include "hpctrain/train/shard_layout.hpp"
 #include "hpctrain/train/trainer.hpp"
 
 namespace hpctrain::train {
@@ -25,15 +26,19 @@ struct ResumePoint {
 
 /// Collective. For --resume other than "none": loads parameters, optimiser state and step count
 /// into `model` and `optimizer` on every rank. Rank 0 chooses and validates the checkpoint; an
-/// error there is thrown on every rank.
+/// error there is thrown on every rank. With `shard` (ZeRO) the optimiser holds and gets only
+/// that part of the state; any checkpoint (written by any strategy at any P) resumes.
 ResumePoint resume_from_checkpoint(coll::Communicator& comm, const TrainOptions& options,
                                    models::Sequential<float>& model, core::Optimizer<float>& optimizer,
-                                   std::int64_t data_samples);
+                                   std::int64_t data_samples, const ShardLayout* shard);
 
 class CheckpointPolicy {
  public:
   /// Validates the checkpoint options; with --checkpoint-dir installs the preemption handlers.
-  CheckpointPolicy(const TrainOptions& options, coll::Communicator& comm, std::int64_t data_samples);
+  /// `shard`: the optimiser state this rank holds (null: all of it, replicated); each rank then
+  /// writes its own optimiser-state slices (io::CheckpointSlice).
+  CheckpointPolicy(const TrainOptions& options, coll::Communicator& comm, std::int64_t data_samples,
+                   const ShardLayout* shard);
 
   /// Collective (when checkpointing), after optimiser step `step`: writes a checkpoint when one
   /// is due; `next_batch` is the first global batch of `epoch` not yet trained on. Returns true
@@ -46,6 +51,7 @@ class CheckpointPolicy {
   const TrainOptions& options_;
   coll::Communicator& comm_;
   std::int64_t data_samples_;
+  const ShardLayout* shard_;
   bool enabled_;
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   std::int64_t written_ = 0;

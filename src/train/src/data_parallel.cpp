@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hpctrain/collectives/error.hpp"
+#include "wire_cast.hpp"
 
 namespace hpctrain::train {
 
@@ -97,23 +98,49 @@ void DataParallel::launch(std::size_t bucket) {
   // thread reads them (a no-op on host backends; required on GPUs).
   Kokkos::fence();
   const GradientBucket& b = buckets_[bucket];
-  float* grads = buffers_.gradients.data() + b.offset;
-  work_.push_back(comm_.iallreduce(grads, grads, static_cast<std::size_t>(b.count), coll::DataType::f32,
-                                   coll::ReduceOp::sum, options_.algorithm));
+  const auto n = static_cast<std::size_t>(b.count);
+  void* data = buffers_.gradients.data() + b.offset;
+  const coll::DataType type = options_.wire_type;
+  if (type != coll::DataType::f32) {
+    if (wire_.size() <= bucket) wire_.resize(buckets_.size());
+    wire_[bucket].resize(n);
+    pack_wire(static_cast<const float*>(data), wire_[bucket].data(), n, type, options_.wire_cast);
+    data = wire_[bucket].data();
+  }
+  if (options_.reduction == BucketReduction::reduce_scatter) {
+    work_.push_back(comm_.ireduce_scatter_in_place(data, n, type, coll::ReduceOp::sum));
+  } else {
+    work_.push_back(comm_.iallreduce(data, data, n, type, coll::ReduceOp::sum, options_.algorithm));
+  }
+}
+
+void DataParallel::unpack(std::size_t bucket) {
+  if (options_.wire_type == coll::DataType::f32) return;
+  const GradientBucket& b = buckets_[bucket];
+  coll::BlockRange part{0, static_cast<std::size_t>(b.count)};
+  if (options_.reduction == BucketReduction::reduce_scatter) {
+    part = coll::balanced_block(part.count, comm_.size(), comm_.rank());
+  }
+  unpack_wire(wire_[bucket].data() + part.offset, buffers_.gradients.data() + b.offset + part.offset, part.count,
+              options_.wire_type);
 }
 
 double DataParallel::finish() {
   if (!sync_) return 0.0;
   while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
   const auto start = std::chrono::steady_clock::now();
-  for (auto& w : work_) w.wait();
+  for (std::size_t k = 0; k < work_.size(); ++k) {
+    work_[k].wait();
+    unpack(k);
+  }
   const auto end = std::chrono::steady_clock::now();
   for (std::size_t k = 0; k < work_.size(); ++k) {
     spans_.emplace_back(work_[k].started_at(), work_[k].finished_at());
     if (timeline_) {
-      timeline_->add(Span{"allreduce bucket " + std::to_string(k) + " (" +
+      const char* what = options_.reduction == BucketReduction::allreduce ? "allreduce" : "reduce_scatter";
+      timeline_->add(Span{std::string(what) + " bucket " + std::to_string(k) + " (" +
                               std::to_string(buckets_[k].count * 4 / 1024) + " KiB)",
-                          "allreduce", 1, work_[k].started_at(), work_[k].finished_at()});
+                          what, 1, work_[k].started_at(), work_[k].finished_at()});
     }
   }
   return std::chrono::duration<double>(end - start).count();

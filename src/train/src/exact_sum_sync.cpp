@@ -128,8 +128,14 @@ double ExactSumSync::finish_step() {
   return std::chrono::duration<double>(t_end - t_sum).count();
 }
 
-void ExactSumSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
+double ExactSumSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
   apply_full_gradient(model_, optimizer, lr, clip_norm);
+  return 0.0;
+}
+
+GradientSync::HeldBytes ExactSumSync::held_bytes() const {
+  const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
+  return HeldBytes{bytes, bytes};
 }
 
 }  // namespace hpctrain::train

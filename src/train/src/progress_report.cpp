@@ -139,7 +139,12 @@ void ProgressReport::print_summary(const TrainResult& r) {
                                {"steps", r.steps}, {"seconds", r.seconds}, {"samples_per_s", r.samples_per_s},
                                {"compute_s", r.compute_s}, {"comm_exposed_s", r.comm_exposed_s},
                                {"data_wait_s", r.data_wait_s}, {"parameter_checksum", r.parameter_checksum},
-                               {"preempted", r.preempted}, {"eval_accuracy", r.eval.accuracy}}
+                               {"preempted", r.preempted}, {"eval_accuracy", r.eval.accuracy},
+                               {"strategy", options_.strategy}, {"grad_dtype", options_.grad_dtype},
+                               {"optimizer_state_bytes", r.memory.optimizer_state_bytes},
+                               {"gradient_bytes", r.memory.gradient_bytes},
+                               {"parameter_bytes", r.memory.parameter_bytes},
+                               {"peak_rss_bytes", r.memory.peak_rss_bytes}}
                     .dump()
              << "\n";
   }

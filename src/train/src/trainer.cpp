@@ -1,6 +1,7 @@
 #include "hpctrain/train/trainer.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <sys/resource.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "hpctrain/train/bucketed_allreduce_sync.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
 #include "hpctrain/train/gradient_sync.hpp"
+#include "hpctrain/train/zero_sync.hpp"
 #include "progress_report.hpp"
 
 namespace hpctrain::train {
@@ -32,6 +34,32 @@ namespace hpctrain::train {
 namespace {
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+/// --strategy, --grad-dtype and the combinations they cannot run with.
+void validate_strategy(const TrainOptions& o) {
+  const bool zero = o.strategy == "zero1" || o.strategy == "zero2";
+  HPCTRAIN_REQUIRE(zero || o.strategy == "ddp",
+                   "--strategy: unknown strategy '" + o.strategy + "' (expected one of: " + strategy_names() + ")");
+  HPCTRAIN_REQUIRE(o.grad_dtype == "f32" || o.grad_dtype == "bf16" || o.grad_dtype == "f16",
+                   "--grad-dtype: unknown type '" + o.grad_dtype + "' (expected f32, bf16 or f16)");
+  HPCTRAIN_REQUIRE(o.grad_dtype == "f32" || !o.deterministic,
+                   "--grad-dtype " + o.grad_dtype + " cannot be combined with --deterministic: the exact sum already "
+                   "sends integer fixed point, and a 16-bit gradient would change the bytes (use --grad-dtype f32)");
+  HPCTRAIN_REQUIRE(!(o.strategy == "zero2" && o.deterministic),
+                   "--strategy zero2 cannot run with --deterministic: the exact sum keeps every micro-shard's whole "
+                   "gradient, so there is no gradient shard to keep (use --strategy zero1, whose bytes equal ddp's)");
+  const coll::Algorithm a = o.parallel.algorithm;
+  HPCTRAIN_REQUIRE(!zero || o.deterministic || a == coll::Algorithm::automatic || a == coll::Algorithm::ring,
+                   "--algo " + std::string(coll::to_string(a)) + " cannot be used with --strategy " + o.strategy +
+                       ": it chooses the all-reduce, and " + o.strategy +
+                       " reduce-scatters and all-gathers with the ring (use --algo auto or ring)");
+}
+
+coll::DataType wire_type(const std::string& grad_dtype) {
+  if (grad_dtype == "bf16") return coll::DataType::bf16;
+  if (grad_dtype == "f16") return coll::DataType::f16;
+  return coll::DataType::f32;
+}
 
 void validate(const TrainOptions& o) {
   validate_numeric_options(o);
@@ -48,6 +76,7 @@ void validate(const TrainOptions& o) {
                    "--optimizer: unknown optimiser '" + o.optimizer + "' (expected sgd or adamw)");
   HPCTRAIN_REQUIRE(o.prefetch_depth >= 1, "--prefetch must be at least 1");
   HPCTRAIN_REQUIRE(o.micro_shard >= 1, "--micro-shard must be at least 1, got " + std::to_string(o.micro_shard));
+  validate_strategy(o);
 }
 
 std::unique_ptr<core::Optimizer<float>> make_optimizer(const TrainOptions& o, double lr) {
@@ -67,10 +96,16 @@ std::unique_ptr<core::Optimizer<float>> make_optimizer(const TrainOptions& o, do
 
 std::unique_ptr<GradientSync> make_gradient_sync(const TrainOptions& o, coll::Communicator& comm,
                                                  models::Sequential<float>& model, Timeline& timeline) {
+  DataParallelOptions parallel = o.parallel;
+  parallel.wire_type = wire_type(o.grad_dtype);
+  if (o.strategy != "ddp") {
+    const ZeroOptions zero{o.strategy == "zero2" ? 2 : 1, parallel, o.deterministic, o.micro_shard};
+    return std::make_unique<ZeroSync>(comm, model, zero, &timeline);
+  }
   if (o.deterministic) {
     return std::make_unique<ExactSumSync>(comm, model, o.micro_shard, o.parallel.algorithm, &timeline);
   }
-  return std::make_unique<BucketedAllreduceSync>(comm, model, o.parallel, &timeline);
+  return std::make_unique<BucketedAllreduceSync>(comm, model, parallel, &timeline);
 }
 
 /// Sets the BLAS thread count for the duration of a run (0: leaves it alone) and restores the
@@ -172,10 +207,11 @@ struct TrainingLoop {
     times.comm_exposed_s += sync.finish_step();
     require_finite_step_loss(comm, sync.step_loss(), step + 1);  // before the step is applied
     const auto t_optimizer = Clock::now();
-    sync.apply(optimizer, schedule.at(step), o.clip_norm);
+    const double gather_s = sync.apply(optimizer, schedule.at(step), o.clip_norm);
     const auto t_end = Clock::now();
     if (record) timeline.add(Span{"optimizer", "optimizer", 0, t_optimizer, t_end});
-    times.compute_s += seconds(t_optimizer, t_end);
+    times.compute_s += seconds(t_optimizer, t_end) - gather_s;
+    times.comm_exposed_s += gather_s;
     ++step;
     throughput.after_step(step, s.samples(), t_end);
     report.after_step(step, epoch, sync.step_loss(), s.samples(), t_end, times);
@@ -199,6 +235,21 @@ struct TrainingLoop {
     report.after_eval(step, epoch, result.eval);
   }
 
+  /// Collective: the bytes this rank holds, the largest over the ranks.
+  MemoryUse memory_use() const {
+    std::uint64_t state = 0;
+    for (const auto& s : optimizer.state()) state += s.tensor.data.extent(0) * sizeof(float);
+    const GradientSync::HeldBytes held = sync.held_bytes();
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    std::int64_t bytes[4] = {static_cast<std::int64_t>(state), static_cast<std::int64_t>(held.gradients),
+                             static_cast<std::int64_t>(held.parameters),
+                             static_cast<std::int64_t>(usage.ru_maxrss) * 1024};  // ru_maxrss: KiB on Linux
+    comm.allreduce(bytes, 4, coll::ReduceOp::max);
+    return MemoryUse{static_cast<std::uint64_t>(bytes[0]), static_cast<std::uint64_t>(bytes[1]),
+                     static_cast<std::uint64_t>(bytes[2]), static_cast<std::uint64_t>(bytes[3])};
+  }
+
   /// Collective: the run's totals, checksum and timeline; the closing lines.
   TrainResult finish(Clock::time_point run_start) {
     const auto run_end = Clock::now();
@@ -217,6 +268,7 @@ struct TrainingLoop {
     int overlap = sync.overlap_observed() ? 1 : 0;
     comm.allreduce(&overlap, 1, coll::ReduceOp::max);
     result.overlap_observed = overlap != 0;
+    result.memory = memory_use();
     if (!o.timeline_path.empty()) write_chrome_trace(timeline, comm, o.timeline_path);
     report.print_summary(result);
     return result;
@@ -224,6 +276,8 @@ struct TrainingLoop {
 };
 
 }  // namespace
+
+std::string strategy_names() { return "ddp, zero1, zero2"; }
 
 std::uint64_t parameter_checksum(const float* data, std::size_t count) {
   return XXH3_64bits(data, count * sizeof(float));
@@ -260,12 +314,14 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
       o.checkpoint_dir.empty()
           ? io::CheckpointDirLock()
           : io::claim_checkpoint_dir(comm, o.checkpoint_dir, o.resume != "none", o.overwrite_checkpoints);
-  if (o.resume != "none") start = resume_from_checkpoint(comm, o, *model, *optimizer, plan.count());
+  if (o.resume != "none") {
+    start = resume_from_checkpoint(comm, o, *model, *optimizer, plan.count(), sync->optimizer_shard());
+  }
   if (start.next_batch >= plan.batches_per_epoch()) {
     ++start.epoch;
     start.next_batch = 0;
   }
-  CheckpointPolicy checkpoints(o, comm, plan.count());
+  CheckpointPolicy checkpoints(o, comm, plan.count(), sync->optimizer_shard());
   ProgressReport report(o, comm, schedule, schedule.total_steps);
   report.print_start(RunDescription{model->parameter_count(), plan.count(), schedule.total_steps,
                                     (plan.batches_per_epoch() + o.accumulate - 1) / o.accumulate, gradient_buckets,

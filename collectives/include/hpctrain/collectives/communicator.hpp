@@ -31,6 +31,15 @@
 namespace hpctrain::coll {
 
 class ProgressEngine;
+
+/// Block `index` of the balanced partition of `count` elements into `parts` contiguous blocks
+/// (the first count % parts blocks hold one element more): the partition the ring all-reduce
+/// and the in-place reduce-scatter/all-gather use.
+struct BlockRange {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+BlockRange balanced_block(std::size_t count, int parts, int index) noexcept;
 namespace detail {
 struct NodeGroup;
 }
@@ -103,6 +112,22 @@ class Communicator {
   /// `recv` (size()*count elements) receives every rank's `count` elements in rank order.
   /// `send` may point at this rank's block of `recv` (in place).
   void allgather(const void* send, void* recv, std::size_t count, DataType type);
+  /// Non-blocking reduce_scatter (same semantics, same ring); buffers must stay valid and
+  /// untouched until wait() returns. Runs on the progress thread in submission order.
+  Work ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op);
+  /// Non-blocking allgather (same semantics, same ring).
+  Work iallgather(const void* send, void* recv, std::size_t count, DataType type);
+
+  /// In-place reduce-scatter over the balanced partition of `count` elements (block b is
+  /// balanced_block(count, size(), b); blocks differ in length by at most one, so any count
+  /// works without padding): afterwards block rank() of `buf` holds the reduction over the
+  /// ranks of their block rank(); the other blocks hold partial reductions (unspecified). No
+  /// copy of `buf` is made: this is what a sharded optimiser runs on a gradient bucket.
+  /// Non-blocking, on the progress thread; `buf` untouched until wait() returns.
+  Work ireduce_scatter_in_place(void* buf, std::size_t count, DataType type, ReduceOp op);
+  /// In-place all-gather over the same partition: before, block rank() of `buf` holds this
+  /// rank's data; afterwards every block holds its owner's. Non-blocking.
+  Work iallgather_in_place(void* buf, std::size_t count, DataType type);
   /// Copies root's `count` elements of `buf` to every rank.
   void broadcast(void* buf, std::size_t count, DataType type, int root);
   void barrier();
@@ -131,6 +156,12 @@ class Communicator {
   WaitPolicy policy(const char* op, Algorithm algo) const;
   void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      Algorithm algo, std::uint64_t seq);
+  void run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
+                          std::uint64_t seq);
+  void run_allgather(const void* send, void* recv, std::size_t count, DataType type, std::uint64_t seq);
+  void run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op, std::uint64_t seq);
+  void run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq);
+  ProgressEngine& engine();
 
   /// (Virtual) node index of every rank: Tuning::ranks_per_node blocks, or the machines
   /// (Transport::shared_memory_domains, collective the first time).

@@ -47,6 +47,26 @@ struct CommitResult {
   double seconds = 0.0;        ///< write + commit, max over ranks
 };
 
+/// One rank's slice of a float32 tensor that is split over the ranks (a ZeRO optimiser-state
+/// shard): every element is written by exactly one rank.
+struct CheckpointSlice {
+  std::string name;                 ///< as CheckpointTensor::name
+  std::vector<std::int64_t> shape;  ///< global shape
+  std::int64_t offset = 0;          ///< first element of the flattened tensor this rank holds
+  std::int64_t count = 0;           ///< elements this rank holds (0: none)
+  const float* data = nullptr;      ///< `count` elements (host memory)
+};
+
+/// Writes a checkpoint of the `replicated` tensors (every rank holds them whole; split evenly
+/// as above) and of the `sharded` ones (each rank writes the slice it holds, as is, into its
+/// own shard file: no gathering). Every rank passes the same sharded names and shapes in the
+/// same order; their slices must tile each tensor (checked: a gap or an overlap throws on
+/// every rank before anything is committed). The manifest records the slices as pieces, so
+/// any reader at any P reads them like any other tensor. Otherwise as write_checkpoint.
+CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, std::int64_t step,
+                              const nlohmann::json& metadata, const std::vector<CheckpointTensor>& replicated,
+                              const std::vector<CheckpointSlice>& sharded, int keep);
+
 /// Writes a checkpoint of `tensors` at `step` (collective over `comm`). `metadata` is stored in
 /// the manifest as is. Keeps the newest `keep` (>= 1) steps. Throws hpctrain::Error naming the
 /// file on any failure on any rank; the previous checkpoint stays intact.

@@ -5,8 +5,14 @@
 /// launches DataParallel's bucket all-reduces while earlier layers still back-propagate
 /// (earlier micro-batches only accumulate, without communication). Gradients are summed over
 /// the ranks (DataParallel's contract); the result's bits depend on P and the algorithm.
+///
+/// ZeroSync reuses it for the gradient half of ZeRO: with BucketReduction::reduce_scatter
+/// each rank keeps only its blocks of the sum, and with ReduceEvery::micro_batch (zero2) every
+/// micro-batch is reduced on its own and handed to `on_reduced` (which adds this rank's blocks
+/// into its gradient shard) before the next micro-batch's backward reuses the buffer.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "hpctrain/train/data_parallel.hpp"
@@ -14,29 +20,40 @@
 
 namespace hpctrain::train {
 
+/// When the buckets are reduced: once per optimiser step (on its last micro-batch), or after
+/// every micro-batch.
+enum class ReduceEvery { step, micro_batch };
+
 class BucketedAllreduceSync final : public GradientSync {
  public:
   BucketedAllreduceSync(coll::Communicator& comm, models::Sequential<float>& model, DataParallelOptions options,
-                        Timeline* timeline);
+                        Timeline* timeline, ReduceEvery every = ReduceEvery::step,
+                        std::function<void()> on_reduced = {});
   ~BucketedAllreduceSync() override;
 
   void begin_step(const OptimizerStep& step) override;
   void accumulate(const MicroBatch& micro) override;
   double finish_step() override;
   double step_loss() const override { return loss_; }
-  void apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
+  double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
   bool overlap_observed() const override { return overlap_observed_; }
+  HeldBytes held_bytes() const override;
 
  private:
   struct Pass;  // the forward/backward workspace (device_batch.hpp)
+  void reduced_micro_batch();  // waits for the buckets, hands them to on_reduced_
+  void record_overlap();
 
   models::Sequential<float>& model_;
   Timeline* timeline_;
   DataParallel data_parallel_;
   std::unique_ptr<Pass> pass_;
+  ReduceEvery every_;
+  std::function<void()> on_reduced_;
   OptimizerStep step_;
   std::size_t micro_ = 0;
   double loss_ = 0.0;
+  double waited_s_ = 0.0;  ///< this step's waits for earlier micro-batches (ReduceEvery::micro_batch)
   std::chrono::steady_clock::time_point backward_end_{};
   bool last_had_samples_ = false;
   bool overlap_observed_ = false;

@@ -30,10 +30,29 @@
 
 namespace hpctrain::train {
 
+/// What a bucket's collective leaves in the gradient buffer.
+enum class BucketReduction {
+  allreduce,       ///< the whole bucket holds the sum over ranks (data parallel)
+  reduce_scatter,  ///< only this rank's block of the bucket's balanced partition does (ZeRO;
+                   ///< coll::balanced_block(bucket.count, P, rank)); the rest is unspecified
+};
+
+/// How gradients are cast to a 16-bit wire type (tests only: a deliberately wrong cast).
+enum class WireCast {
+  round_to_nearest,         ///< IEEE round-to-nearest-even (the real one)
+  truncated_exponent_test,  ///< keeps only the exponent's low 5 bits: must fail accuracy tests
+};
+
 struct DataParallelOptions {
   std::size_t first_bucket_bytes = std::size_t{256} << 10;  ///< small: communication starts early
   std::size_t bucket_bytes = std::size_t{25} << 20;       ///< PyTorch DDP's default
-  coll::Algorithm algorithm = coll::Algorithm::automatic;
+  coll::Algorithm algorithm = coll::Algorithm::automatic;  ///< of the all-reduce (reduce-scatter: ring)
+  BucketReduction reduction = BucketReduction::allreduce;
+  /// Type on the wire: f32, or bf16 / f16 (each bucket cast once before its collective; every
+  /// addition inside the reduction is done in f32 and rounded to the wire type per hop; the
+  /// result cast back to f32 after the wait).
+  coll::DataType wire_type = coll::DataType::f32;
+  WireCast wire_cast = WireCast::round_to_nearest;
 };
 
 struct GradientBucket {
@@ -77,6 +96,8 @@ class DataParallel {
  private:
   void launch_ready(std::size_t layer_done);
   void launch(std::size_t bucket);
+  /// After bucket k's collective: the 16-bit result cast back into the gradient buffer.
+  void unpack(std::size_t bucket);
 
   coll::Communicator& comm_;
   ParameterBuffers buffers_;
@@ -84,6 +105,7 @@ class DataParallel {
   Timeline* timeline_;
   std::vector<GradientBucket> buckets_;
   std::vector<coll::Work> work_;
+  std::vector<std::vector<std::uint16_t>> wire_;  ///< per bucket, for a 16-bit wire type
   std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>> spans_;
   std::size_t next_bucket_ = 0;
   bool sync_ = true;

@@ -31,8 +31,10 @@ class ExactSumSync final : public GradientSync {
   void accumulate(const MicroBatch& micro) override;
   double finish_step() override;
   double step_loss() const override { return loss_; }
-  void apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
+  double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
   bool overlap_observed() const override { return false; }
+  /// The model's buffers (the per-micro-shard terms of the exact sum are not counted).
+  HeldBytes held_bytes() const override;
 
  private:
   class Terms;  // the fixed-point terms of one step

@@ -2,12 +2,12 @@
 /// @file
 /// GradientSync: how one optimiser step's gradient is computed on this rank's samples, combined
 /// over the ranks and applied. It is the one interface the training loop talks to; the
-/// strategies are BucketedAllreduceSync (data parallel, all-reduce overlapped with backward)
-/// and ExactSumSync (deterministic: the bytes do not depend on P). A ZeRO-1/2 strategy fits the
-/// same calls: its backward hook reduce-scatters buckets instead of all-reducing them,
-/// finish_step() leaves each rank its shard of the summed gradient, apply() steps the
-/// optimiser on that shard only (so it owns the sharded optimiser state and computes the
-/// gradient norm from the shards' sums of squares) and all-gathers the parameters.
+/// strategies are BucketedAllreduceSync (data parallel, all-reduce overlapped with backward),
+/// ExactSumSync (deterministic: the bytes do not depend on P) and ZeroSync (ZeRO-1/2): its
+/// backward hook reduce-scatters buckets instead of all-reducing them, finish_step() leaves
+/// each rank its shard of the summed gradient, apply() steps the optimiser on that shard only
+/// (it owns the sharded optimiser state and computes the gradient norm from the shards' sums
+/// of squares) and all-gathers the parameters.
 ///
 /// One optimiser step, as the loop drives it:
 ///
@@ -30,6 +30,7 @@
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/io/prefetcher.hpp"
 #include "hpctrain/models/sequential.hpp"
+#include "hpctrain/train/shard_layout.hpp"
 #include "hpctrain/train/timeline.hpp"
 
 namespace hpctrain::train {
@@ -62,18 +63,30 @@ class GradientSync {
   /// Forward and backward of this rank's share of the next micro-batch of the step (the
   /// micro-batches come in the order of OptimizerStep::batch_sizes); gradients add up.
   virtual void accumulate(const MicroBatch& micro) = 0;
-  /// Collective, after the step's last micro-batch: every rank's gradient buffer holds the sum
-  /// over all ranks. Returns the seconds this rank waited for communication (exposed).
+  /// Collective, after the step's last micro-batch: every rank holds the sum over all ranks of
+  /// the gradient (ZeroSync: of its shard of it). Returns the seconds this rank waited for communication (exposed).
   virtual double finish_step() = 0;
   /// This rank's share of the step's mean loss, valid after finish_step(): the shares of all
   /// ranks sum to the mean loss of the step's samples.
   virtual double step_loss() const = 0;
   /// The parameter update: clips the summed gradient to the global L2 norm `clip_norm`
   /// (0: no clipping), sets the learning rate `lr` and steps `optimizer`. Returns after the
-  /// parameters are written (fenced).
-  virtual void apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) = 0;
+  /// parameters are written (fenced) on every rank, with the seconds this rank waited for
+  /// communication inside (a sharded strategy's parameter all-gather; 0 for the others).
+  virtual double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) = 0;
   /// Whether communication of some step started before that step's backward ended.
   virtual bool overlap_observed() const = 0;
+
+  /// Bytes of parameters and gradients this rank holds: the model's buffers plus any the
+  /// strategy adds (shards, copies). Optimiser state is counted from the optimiser itself.
+  struct HeldBytes {
+    std::uint64_t parameters = 0;
+    std::uint64_t gradients = 0;
+  };
+  virtual HeldBytes held_bytes() const = 0;
+  /// The part of the flat parameter buffer whose optimiser state this rank holds and steps;
+  /// null when it holds all of it (replicated state). Checkpoints write and read that part.
+  virtual const ShardLayout* optimizer_shard() const { return nullptr; }
 };
 
 }  // namespace hpctrain::train

@@ -42,6 +42,12 @@ struct TrainOptions {
   LrScaling lr_scaling = LrScaling::none;
   std::int64_t lr_reference_batch = 128;
   DataParallelOptions parallel;
+  /// ddp (replicated; bucketed all-reduce) | zero1 (optimiser state sharded over the ranks;
+  /// reduce-scatter, all-gather) | zero2 (gradients kept as the shard too). zero_sync.hpp.
+  std::string strategy = "ddp";
+  /// Gradients on the wire: f32 | bf16 | f16 (16 bits, f32 additions inside the reduction, f32
+  /// master weights). Not with --deterministic (its sum is exact integer fixed point).
+  std::string grad_dtype = "f32";
   float normalize_mean = 0.2860f;  ///< Fashion-MNIST training-set mean
   float normalize_std = 0.3530f;
   std::size_t prefetch_depth = 4;
@@ -82,6 +88,14 @@ struct TrainOptions {
   bool overwrite_checkpoints = false;
 };
 
+/// What one rank holds (the largest over the ranks), in bytes.
+struct MemoryUse {
+  std::uint64_t optimizer_state_bytes = 0;  ///< the optimiser's state buffers (sharded under ZeRO)
+  std::uint64_t gradient_bytes = 0;         ///< gradient buffers (model's and the strategy's)
+  std::uint64_t parameter_bytes = 0;        ///< parameter buffers (model's and the strategy's copies)
+  std::uint64_t peak_rss_bytes = 0;         ///< getrusage ru_maxrss of the process
+};
+
 struct TrainResult {
   std::int64_t steps = 0;
   std::int64_t epochs_completed = 0;
@@ -99,7 +113,11 @@ struct TrainResult {
   std::int64_t checkpoints_written = 0;
   bool preempted = false;  ///< stopped on SIGUSR1/SIGTERM after checkpointing (exit kExitRequeue)
   bool stopped_early = false;  ///< TrainOptions::after_epoch returned false
+  MemoryUse memory;        ///< max over ranks (the --metrics summary's *_bytes)
 };
+
+/// The strategy names --strategy accepts ("ddp, zero1, zero2").
+std::string strategy_names();
 
 /// Trains on `comm` (every rank calls it with the same options; collective throughout). Prints
 /// on rank 0 unless `quiet` (progress_report.cpp holds the lines scripts parse). Throws

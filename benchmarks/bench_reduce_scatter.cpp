@@ -1,0 +1,166 @@
+// bench_reduce_scatter: hpctrain's ring reduce-scatter and all-gather (the ZeRO collectives)
+// next to MPI_Reduce_scatter_block and MPI_Allgather, nccl-tests style, in the same run.
+//
+//   mpirun -n P build/bin/bench_reduce_scatter [--min_bytes=1K] [--max_bytes=64M] [--step=4]
+//          [--iters=20] [--warmup=3] [Google Benchmark flags]
+//
+// Sizes are the whole vector (n bytes, float32; each rank's block n/P). Benchmarks, per size:
+//   reduce_scatter/ring/<n>      Communicator::ireduce_scatter(...).wait() (block semantics)
+//   reduce_scatter/in_place/<n>  ireduce_scatter_in_place: the balanced in-place form ZeRO uses
+//   reduce_scatter/mpi/<n>       MPI_Reduce_scatter_block
+//   allgather/ring/<n>, allgather/in_place/<n>, allgather/mpi/<n>   the same for all-gather
+// Each iteration: barrier (untimed), MPI_Wtime around the collective, the slowest rank's time.
+// Counters as nccl-tests has them for these collectives: algbw = n / time (GB/s, 1e9; time =
+// the median iteration), busbw = algbw (p-1)/p; `wrong` = mismatching elements of the last
+// iteration summed over ranks (small-integer inputs: the sums are exact).
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/collectives/mpi_transport.hpp"
+#include "mpi_benchmark.hpp"
+
+namespace {
+
+using hpctrain::coll::Communicator;
+using hpctrain::coll::DataType;
+using hpctrain::coll::ReduceOp;
+
+struct Options {
+  std::size_t min_bytes = 1 << 10, max_bytes = 64 << 20;
+  std::size_t step = 4;
+  long long iters = 20, warmup = 3;
+};
+
+enum class Op { reduce_scatter, allgather };
+enum class Form { ring, in_place, mpi };
+const char* name(Op op) { return op == Op::reduce_scatter ? "reduce_scatter" : "allgather"; }
+const char* name(Form f) { return f == Form::ring ? "ring" : f == Form::in_place ? "in_place" : "mpi"; }
+
+/// One collective on buffers sized for `count` elements in all (count divisible by P).
+struct Buffers {
+  std::vector<float> full, block, out;
+  Buffers(std::size_t count, int p, int rank)
+      : full(count), block(count / static_cast<std::size_t>(p)), out(count) {
+    for (std::size_t i = 0; i < count; ++i) full[i] = static_cast<float>((i + static_cast<std::size_t>(rank)) % 7);
+    for (std::size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(rank * 3 + static_cast<int>(i % 5));
+  }
+};
+
+/// Untimed, before every run: the in-place forms consume their input, so it is put back (and
+/// the output of the others poisoned, so the check sees only the last iteration's result).
+void reset(const Communicator& comm, Op op, Form form, Buffers& b) {
+  const std::size_t per = b.block.size(), r = static_cast<std::size_t>(comm.rank());
+  std::fill(b.out.begin(), b.out.end(), std::numeric_limits<float>::quiet_NaN());
+  if (form != Form::in_place) return;
+  if (op == Op::reduce_scatter) {
+    std::copy(b.full.begin(), b.full.end(), b.out.begin());
+  } else {
+    std::copy(b.block.begin(), b.block.end(), b.out.begin() + static_cast<std::ptrdiff_t>(r * per));
+  }
+}
+
+void run_once(Communicator& comm, Op op, Form form, Buffers& b) {
+  const std::size_t count = b.full.size(), per = b.block.size();
+  if (op == Op::reduce_scatter) {
+    if (form == Form::ring) comm.ireduce_scatter(b.full.data(), b.out.data(), per, DataType::f32, ReduceOp::sum).wait();
+    if (form == Form::in_place) comm.ireduce_scatter_in_place(b.out.data(), count, DataType::f32, ReduceOp::sum).wait();
+    if (form == Form::mpi) {
+      HPCTRAIN_CHECK_MPI(MPI_Reduce_scatter_block(b.full.data(), b.out.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM,
+                                                  MPI_COMM_WORLD));
+    }
+    return;
+  }
+  if (form == Form::ring) comm.iallgather(b.block.data(), b.out.data(), per, DataType::f32).wait();
+  if (form == Form::in_place) comm.iallgather_in_place(b.out.data(), count, DataType::f32).wait();
+  if (form == Form::mpi) {
+    HPCTRAIN_CHECK_MPI(MPI_Allgather(b.block.data(), static_cast<int>(per), MPI_FLOAT, b.out.data(), static_cast<int>(per),
+                                     MPI_FLOAT, MPI_COMM_WORLD));
+  }
+}
+
+long long count_wrong(const Communicator& comm, Op op, Form form, const Buffers& b) {
+  const int p = comm.size();
+  const std::size_t per = b.block.size(), r = static_cast<std::size_t>(comm.rank());
+  long long wrong = 0;
+  if (op == Op::reduce_scatter) {
+    const std::size_t at = form == Form::in_place ? r * per : 0;  // balanced blocks are equal here
+    for (std::size_t i = 0; i < per; ++i) {
+      const std::size_t g = r * per + i;
+      float want = 0;
+      for (int q = 0; q < p; ++q) want += static_cast<float>((g + static_cast<std::size_t>(q)) % 7);
+      if (b.out[at + i] != want) ++wrong;
+    }
+    return wrong;
+  }
+  for (int q = 0; q < p; ++q)
+    for (std::size_t i = 0; i < per; ++i)
+      if (b.out[static_cast<std::size_t>(q) * per + i] != static_cast<float>(q * 3 + static_cast<int>(i % 5))) ++wrong;
+  return wrong;
+}
+
+void bench(benchmark::State& state, Communicator* comm, Op op, Form form, std::size_t bytes, long long warmup) {
+  const int p = comm->size();
+  Buffers b(bytes / sizeof(float), p, comm->rank());
+  for (long long i = 0; i < warmup; ++i) {
+    reset(*comm, op, form, b);
+    run_once(*comm, op, form, b);
+  }
+  const auto times_s = hpctrain::bench::timed_loop(
+      state, MPI_COMM_WORLD, [&] { run_once(*comm, op, form, b); },
+      [&](benchmark::IterationCount, benchmark::IterationCount) { reset(*comm, op, form, b); });
+  const long long wrong = hpctrain::bench::sum_over_ranks(count_wrong(*comm, op, form, b), MPI_COMM_WORLD);
+  const auto stats = hpctrain::bench::summarize(times_s);
+  const double algbw = static_cast<double>(bytes) / stats.median_s / 1e9;
+  state.counters["time_median_us"] = benchmark::Counter(stats.median_s * 1e6);
+  state.counters["algbw"] = benchmark::Counter(algbw);
+  state.counters["busbw"] = benchmark::Counter(algbw * (p - 1) / p);
+  state.counters["bytes"] = benchmark::Counter(static_cast<double>(bytes));
+  state.counters["ranks"] = benchmark::Counter(p);
+  state.counters["wrong"] = benchmark::Counter(static_cast<double>(wrong));
+  state.SetLabel(std::string(name(op)) + " " + name(form));
+  if (wrong != 0) state.SkipWithError((std::to_string(wrong) + " wrong elements in the last iteration").c_str());
+}
+
+int run(int& argc, char** argv) {
+  using hpctrain::bench::parse_bytes;
+  using hpctrain::bench::parse_count;
+  using hpctrain::bench::take_flag;
+  Options o;
+  if (auto v = take_flag(argc, argv, "min_bytes")) o.min_bytes = parse_bytes(*v, "min_bytes");
+  if (auto v = take_flag(argc, argv, "max_bytes")) o.max_bytes = parse_bytes(*v, "max_bytes");
+  if (auto v = take_flag(argc, argv, "step")) o.step = static_cast<std::size_t>(parse_count(*v, "step", 2));
+  if (auto v = take_flag(argc, argv, "iters")) o.iters = parse_count(*v, "iters", 1);
+  if (auto v = take_flag(argc, argv, "warmup")) o.warmup = parse_count(*v, "warmup", 0);
+  Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
+  const auto unit = sizeof(float) * static_cast<std::size_t>(comm.size());
+  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step) {
+    const std::size_t n = std::max(unit, bytes / unit * unit);  // whole blocks of float32
+    for (Op op : {Op::reduce_scatter, Op::allgather}) {
+      for (Form form : {Form::ring, Form::in_place, Form::mpi}) {
+        const std::string label = std::string(name(op)) + "/" + name(form) + "/" + std::to_string(n);
+        benchmark::RegisterBenchmark(label.c_str(), bench, &comm, op, form, n, o.warmup)
+            ->Iterations(o.iters)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  return hpctrain::bench::run_benchmarks(argc, argv, MPI_COMM_WORLD) ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    hpctrain::bench::MpiSession mpi(argc, argv);
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    hpctrain::abort_job(e);
+  }
+}

@@ -1,0 +1,81 @@
+#pragma once
+/// @file
+/// ZeroSync: sharded data parallelism, ZeRO stages 1 and 2 (Rajbhandari et al. 2020), behind
+/// the GradientSync interface (`--strategy zero1|zero2`).
+///
+/// Every rank owns one block of each gradient bucket (ShardLayout: the balanced partition of
+/// the bucket over P ranks) and keeps the optimiser state only for those elements, so the
+/// state per rank is about 1/P of data parallelism's. One optimiser step:
+///
+///   - gradients: the bucketed backward of BucketedAllreduceSync, but each bucket is
+///     reduce-scattered in place (coll::Communicator::ireduce_scatter_in_place, launched from
+///     the backward hook, overlapped with the rest of backward) instead of all-reduced. zero1
+///     reduces once per step (earlier micro-batches accumulate in the full gradient buffer);
+///     zero2 reduces every micro-batch and accumulates only its own blocks, in a shard-sized
+///     buffer, so the gradient kept across micro-batches is the shard.
+///   - apply(): the owned gradient is clipped by the global norm (the shards' sums of squares
+///     all-reduced), the owned parameters are moved in place to the front of the parameter
+///     buffer (ShardLayout::compact; zero1 does the same with the gradient, so neither needs a
+///     second buffer), the optimiser steps them with the sharded state, they are moved back, and each
+///     bucket's parameters are all-gathered in place (iallgather_in_place, all buckets queued
+///     at once, waited for before apply() returns).
+///
+/// Deterministic mode (zero1 only): the exact fixed-point sum (ExactSumSync) gives every rank
+/// the whole summed gradient, bit for bit as `ddp --deterministic`; the norm for clipping is
+/// taken from that whole gradient as ddp does; the optimiser then steps only this rank's
+/// shard and the parameters are all-gathered (a copy). The optimiser update is element-wise,
+/// so the final bytes equal `ddp --deterministic`'s at any P. The memory saving is then only in
+/// the optimiser state (the exact sum keeps whole-gradient terms per micro-shard).
+///
+/// Cost per step and rank, n parameters: reduce-scatter (p-1)/p·n·β + all-gather (p-1)/p·n·β,
+/// the same volume as one ring all-reduce; optimiser work and state n/p.
+
+#include <cstdint>
+#include <memory>
+
+#include "hpctrain/train/bucketed_allreduce_sync.hpp"
+#include "hpctrain/train/gradient_sync.hpp"
+#include "hpctrain/train/shard_layout.hpp"
+
+namespace hpctrain::train {
+
+struct ZeroOptions {
+  int stage = 1;                 ///< 1: optimiser state sharded; 2: gradients too
+  DataParallelOptions parallel;  ///< buckets and wire type (the reduction is always reduce_scatter)
+  bool deterministic = false;    ///< exact sum (stage 1 only)
+  std::int64_t micro_shard = 16; ///< deterministic mode's micro-shard samples
+};
+
+class ZeroSync final : public GradientSync {
+ public:
+  /// Throws when `options` asks for what ZeRO here cannot do (stage other than 1 or 2;
+  /// stage 2 with deterministic).
+  ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, const ZeroOptions& options,
+           Timeline* timeline);
+  ~ZeroSync() override;
+
+  void begin_step(const OptimizerStep& step) override;
+  void accumulate(const MicroBatch& micro) override { inner_->accumulate(micro); }
+  double finish_step() override;
+  double step_loss() const override { return inner_->step_loss(); }
+  double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
+  bool overlap_observed() const override { return inner_->overlap_observed(); }
+  HeldBytes held_bytes() const override;
+  const ShardLayout* optimizer_shard() const override { return &layout_; }
+
+ private:
+  double all_gather_parameters();
+
+  coll::Communicator& comm_;
+  models::Sequential<float>& model_;
+  ZeroOptions options_;
+  Timeline* timeline_;
+  std::vector<GradientBucket> buckets_;
+  ShardLayout layout_;
+  core::Vec<float> param_shard_;  ///< the parameter buffer's front, where compact() puts the shard
+  core::Vec<float> grad_shard_;   ///< zero1: the gradient buffer's front; zero2: its own buffer
+  std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or exact sum
+  bool record_ = false;
+};
+
+}  // namespace hpctrain::train

@@ -1,0 +1,45 @@
+#include "wire_cast.hpp"
+
+#include <cstring>
+
+#include "hpctrain/collectives/error.hpp"
+
+namespace hpctrain::train {
+
+namespace {
+
+/// The wrong cast: bf16 bits with the 8-bit exponent cut to its low 5 bits, or f16 bits whose
+/// 5-bit exponent is the float's low 5 exponent bits without re-biasing. Gradients of size
+/// 1e-3..1e-6 come out many orders of magnitude off.
+std::uint16_t truncated_exponent(float f, coll::DataType type) {
+  const std::uint16_t good = type == coll::DataType::bf16 ? coll::to_bf16(f).bits : coll::to_f16(f).bits;
+  if (type == coll::DataType::bf16) return static_cast<std::uint16_t>(good & 0x8fffu);  // exponent bits 7..5 gone
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const auto exponent = static_cast<std::uint16_t>((u >> 23) & 0x1fu);
+  return static_cast<std::uint16_t>(((u >> 16) & 0x8000u) | (exponent << 10) | ((u >> 13) & 0x3ffu));
+}
+
+}  // namespace
+
+void pack_wire(const float* grads, std::uint16_t* wire, std::size_t count, coll::DataType type, WireCast cast) {
+  HPCTRAIN_REQUIRE(type == coll::DataType::bf16 || type == coll::DataType::f16,
+                   "pack_wire: the wire type must be bf16 or f16");
+  if (cast == WireCast::truncated_exponent_test) {
+    for (std::size_t i = 0; i < count; ++i) wire[i] = truncated_exponent(grads[i], type);
+  } else if (type == coll::DataType::bf16) {
+    for (std::size_t i = 0; i < count; ++i) wire[i] = coll::to_bf16(grads[i]).bits;
+  } else {
+    for (std::size_t i = 0; i < count; ++i) wire[i] = coll::to_f16(grads[i]).bits;
+  }
+}
+
+void unpack_wire(const std::uint16_t* wire, float* grads, std::size_t count, coll::DataType type) {
+  if (type == coll::DataType::bf16) {
+    for (std::size_t i = 0; i < count; ++i) grads[i] = coll::to_float(coll::bf16{wire[i]});
+  } else {
+    for (std::size_t i = 0; i < count; ++i) grads[i] = coll::to_float(coll::f16{wire[i]});
+  }
+}
+
+}  // namespace hpctrain::train

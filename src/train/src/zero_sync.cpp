@@ -1,0 +1,117 @@
+#include "hpctrain/train/zero_sync.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/train/exact_sum_sync.hpp"
+
+namespace hpctrain::train {
+
+namespace {
+
+std::unique_ptr<GradientSync> make_inner(coll::Communicator& comm, models::Sequential<float>& model,
+                                         const ZeroOptions& o, Timeline* timeline, const ShardLayout& layout,
+                                         const core::Vec<float>& grad_shard) {
+  if (o.deterministic) return std::make_unique<ExactSumSync>(comm, model, o.micro_shard, o.parallel.algorithm, timeline);
+  DataParallelOptions p = o.parallel;
+  p.reduction = BucketReduction::reduce_scatter;
+  if (o.stage == 1) return std::make_unique<BucketedAllreduceSync>(comm, model, p, timeline);
+  const core::Vec<float> grads = model.gradient_buffer();
+  return std::make_unique<BucketedAllreduceSync>(comm, model, p, timeline, ReduceEvery::micro_batch,
+                                                 [&layout, grads, grad_shard] { layout.accumulate(grads, grad_shard); });
+}
+
+}  // namespace
+
+ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, const ZeroOptions& options,
+                   Timeline* timeline)
+    : comm_(comm),
+      model_(model),
+      options_(options),
+      timeline_(timeline),
+      buckets_(plan_gradient_buckets(model.parameter_info(), options.parallel)),
+      layout_(buckets_, comm.size(), comm.rank()) {
+  HPCTRAIN_REQUIRE(options.stage == 1 || options.stage == 2,
+                   "ZeroSync: stage must be 1 or 2, got " + std::to_string(options.stage));
+  HPCTRAIN_REQUIRE(!(options.stage == 2 && options.deterministic),
+                   "--strategy zero2 cannot run with --deterministic (the exact sum keeps every micro-shard's "
+                   "whole gradient, so there is no gradient shard to keep): use --strategy zero1");
+  const std::pair<std::int64_t, std::int64_t> front{0, layout_.shard_count()};
+  // The shards live at the front of the model's own buffers (ShardLayout::compact): no copies.
+  // zero2's gradient shard must outlive the backward of later micro-batches: its own buffer.
+  param_shard_ = Kokkos::subview(model.parameter_buffer(), front);
+  if (options.stage == 2) {
+    grad_shard_ = core::Vec<float>("hpctrain::ZeroSync::grad_shard", static_cast<std::size_t>(layout_.shard_count()));
+  } else {
+    grad_shard_ = Kokkos::subview(model.gradient_buffer(), front);
+  }
+  inner_ = make_inner(comm, model, options_, timeline, layout_, grad_shard_);
+}
+
+ZeroSync::~ZeroSync() = default;
+
+void ZeroSync::begin_step(const OptimizerStep& step) {
+  inner_->begin_step(step);
+  if (options_.stage == 2) Kokkos::deep_copy(grad_shard_, 0.0f);
+  record_ = timeline_ != nullptr && timeline_->enabled();
+}
+
+double ZeroSync::finish_step() {
+  const double waited = inner_->finish_step();
+  // zero1: this rank's blocks of the summed gradient are in the model's gradient buffer
+  // (zero2's on_reduced has already added them into the shard). Deterministic mode keeps the
+  // whole exact gradient for apply()'s norm.
+  if (options_.stage == 1 && !options_.deterministic) layout_.compact(model_.gradient_buffer());
+  return waited;
+}
+
+double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
+  if (options_.deterministic) {
+    // The whole exact gradient is on every rank: the norm as ddp --deterministic takes it,
+    // then the (scaled) owned elements.
+    if (clip_norm > 0) core::clip_grad_norm(model_.gradient_buffer(), clip_norm);
+    layout_.compact(model_.gradient_buffer());
+  } else if (clip_norm > 0) {
+    core::clip_grad_norm(grad_shard_, clip_norm, [this](double local) {
+      comm_.allreduce(&local, 1, coll::ReduceOp::sum);
+      return local;
+    });
+  }
+  // The owned parameters to the buffer's front, stepped there, and back to their places; the
+  // all-gather then rewrites every other element.
+  layout_.compact(model_.parameter_buffer());
+  optimizer.set_learning_rate(lr);
+  optimizer.step(param_shard_, grad_shard_);
+  layout_.expand(model_.parameter_buffer());
+  Kokkos::fence();
+  return all_gather_parameters();
+}
+
+double ZeroSync::all_gather_parameters() {
+  const auto start = std::chrono::steady_clock::now();
+  float* params = model_.parameter_buffer().data();
+  std::vector<coll::Work> work;
+  work.reserve(buckets_.size());
+  for (const GradientBucket& b : buckets_) {
+    work.push_back(comm_.iallgather_in_place(params + b.offset, static_cast<std::size_t>(b.count), coll::DataType::f32));
+  }
+  for (auto& w : work) w.wait();
+  const auto end = std::chrono::steady_clock::now();
+  if (record_ && !work.empty()) {
+    timeline_->add(Span{"parameter all-gather", "allgather", 1, work.front().started_at(), work.back().finished_at()});
+  }
+  return std::chrono::duration<double>(end - start).count();
+}
+
+GradientSync::HeldBytes ZeroSync::held_bytes() const {
+  const auto full = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
+  const auto shard = static_cast<std::uint64_t>(layout_.shard_count()) * sizeof(float);
+  return HeldBytes{full, options_.stage == 2 ? full + shard : full};
+}
+
+}  // namespace hpctrain::train
