@@ -63,8 +63,10 @@ std::string option_name(const std::string& key) {
   return name;
 }
 
+namespace {
 
-void add_train_options(CLI::App& train, TrainArgs& a) {
+/// Model, data, batches, optimiser and learning-rate schedule.
+void add_model_data_optimizer_options(CLI::App& train, TrainArgs& a) {
   auto& o = a.options;
   train.add_option("--model", a.model, "Model: mlp, cnn, or a JSON config file (see docs/compute-core.md)")
       ->capture_default_str();
@@ -104,6 +106,11 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
       ->capture_default_str();
   train.add_option("--lr-reference-batch", o.lr_reference_batch, "Batch size --lr was tuned for")
       ->capture_default_str();
+}
+
+/// How gradients are combined over the ranks: algorithm, strategy, wire type, buckets.
+void add_gradient_options(CLI::App& train, TrainArgs& a) {
+  auto& o = a.options;
   train.add_option("--algo", a.algo, "Gradient all-reduce algorithm: " + hpctrain::coll::algorithm_names())
       ->capture_default_str();
   train.add_option("--strategy", o.strategy,
@@ -120,6 +127,11 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
       ->capture_default_str();
   train.add_option("--first-bucket-mb", a.first_bucket_mb, "Size of the first gradient bucket in MiB")
       ->capture_default_str();
+}
+
+/// Loader, progress and metrics output, checkpoints, --config, determinism and threads.
+void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
+  auto& o = a.options;
   train.add_option("--prefetch", o.prefetch_depth, "Batches read ahead by the loader thread (bounds memory)")
       ->capture_default_str();
   train.add_option("--log-every", o.log_every, "Progress line every N steps (0: only at the end)")
@@ -174,6 +186,15 @@ void add_train_options(CLI::App& train, TrainArgs& a) {
                            "--checkpoint-every", "--checkpoint-every-s", "--keep", "--micro-shard"}) {
     train.get_option(name)->check(non_negative);
   }
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& train, TrainArgs& a) {
+  // In this order: --help lists the flags as registered.
+  add_model_data_optimizer_options(train, a);
+  add_gradient_options(train, a);
+  add_output_checkpoint_run_options(train, a);
 }
 
 hpctrain::train::TrainOptions resolve_train_options(TrainArgs& a, Communicator& comm) {
