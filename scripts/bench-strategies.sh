@@ -10,6 +10,8 @@
 #   scripts/bench-strategies.sh [--build DIR] [--out DIR] [--ranks 2] [--mlp-steps 300]
 #       [--cnn-steps 40] [--iters 3] [--memory-ranks "2 4"]
 set -euo pipefail
+# Open MPI refuses to run as root unless told (these machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build

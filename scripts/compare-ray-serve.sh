@@ -10,6 +10,8 @@
 # torch==2.15.0 pip-installed on first use, minutes). hpctrain side: scripts/load-test-serve.sh
 # at 2 ranks, --max-batch 64 --max-wait-us 2000. Prints one Markdown table with the ratios.
 set -euo pipefail
+# Open MPI refuses to run as root unless told (these machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build

@@ -15,6 +15,8 @@
 # hpctrain runs `mpirun -n C hpctrain sweep --ranks-per-trial 1` (C trials at once, one thread
 # each); Ray runs with num_cpus=C and one CPU (one torch thread) per trial.
 set -euo pipefail
+# Open MPI refuses to run as root unless told (these machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HPCTRAIN_BUILD_DIR:-$root/build}
 trials=8 epochs=4 target=0.85 budget=30 cpus=$(getconf _NPROCESSORS_ONLN) repeats=1 out=""

@@ -14,6 +14,8 @@
 # $build/peer-venv), created with pip on first use as scripts/compare-torch.sh does. hpctrain at
 # P ranks runs with cores / P compute threads per rank (the Environment's default).
 set -euo pipefail
+# Open MPI refuses to run as root unless told (these machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build

@@ -11,6 +11,8 @@
 # Markdown table; wrk's JSON lines and the server log go to --out. With --url http://HOST:PORT
 # no hpctrain server is started: the same load goes to that server (compare-ray-serve.sh).
 set -euo pipefail
+# Open MPI refuses to run as root unless told (these machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build

@@ -10,6 +10,8 @@
 # Data: Fashion-MNIST (imported into $HPCTRAIN_DATA_DIR, default build/data, on first use).
 # Run it on a quiet machine (docs/sweeps.md gives the protocol and the figures measured).
 set -euo pipefail
+# Open MPI refuses to run as root unless told (these machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HPCTRAIN_BUILD_DIR:-$root/build}
 hpctrain=$build/bin/hpctrain
