@@ -35,9 +35,8 @@ Tensor<T> Dense<T>::forward(const Tensor<T>& x, bool /*train*/) {
   x_ = x;
   core::ensure_shape(y_, "hpctrain::dense::y", {n, out_});
   const core::Matrix<T> y = as_matrix(y_.data, n, out_);
-  core::gemm(Trans::no, Trans::yes, T(1), as_matrix(x.data, n, in_),
-             as_matrix(this->param(0).data, out_, in_), T(0), y);
-  core::add_row_bias(y, this->param(1).data);
+  core::linear_forward(as_matrix(x.data, n, in_), as_matrix(this->param(0).data, out_, in_),
+                       this->param(1).data, y);
   return y_;
 }
 

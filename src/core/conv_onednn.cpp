@@ -13,6 +13,7 @@
 // Works with oneDNN 2.x (desc + primitive_desc) and 3.x (primitive_desc only).
 
 #include "conv_onednn.hpp"
+#include "onednn_engine.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -29,10 +30,7 @@ using Tag = dnnl::memory::format_tag;
 
 namespace {
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
+using onednn::cpu_engine;
 
 /// One tensor seen two ways: the user's plain layout and the primitive's. `to_lib` copies the
 /// user's data in (a reorder when the layouts differ), `to_user` copies it back out.

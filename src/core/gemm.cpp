@@ -1,20 +1,80 @@
 #include "hpctrain/core/gemm.hpp"
 
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/elementwise.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <cstdlib>
 #include <string>
+#include <type_traits>
+
+#ifdef HPCTRAIN_HAVE_ONEDNN
+#include "gemm_onednn.hpp"
+#endif
 
 namespace hpctrain::core {
 
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::onednn ? "onednn" : "blas";
+}
+
 namespace {
+
+GemmBackend gemm_backend_from_environment() {
+  const char* env = std::getenv("HPCTRAIN_GEMM_BACKEND");
+  if (env == nullptr || *env == '\0') {
+    return onednn_available() ? GemmBackend::onednn : GemmBackend::blas;
+  }
+  const std::string v(env);
+  if (v == "blas") return GemmBackend::blas;
+  HPCTRAIN_REQUIRE(v == "onednn", "HPCTRAIN_GEMM_BACKEND='" + v +
+                                      "': unknown gemm backend (expected onednn or blas)");
+  HPCTRAIN_REQUIRE(onednn_available(),
+                   "HPCTRAIN_GEMM_BACKEND=onednn, but this build has no oneDNN "
+                   "(configure with -DHPCTRAIN_ENABLE_ONEDNN=ON and oneDNN installed)");
+  return GemmBackend::onednn;
+}
+
+GemmBackend& selected_gemm_backend() {
+  static GemmBackend backend = gemm_backend_from_environment();
+  return backend;
+}
 
 std::string dims(std::int64_t r, std::int64_t c) {
   return "[" + std::to_string(r) + ", " + std::to_string(c) + "]";
 }
 
+template <class T>
+bool use_onednn(T alpha) {
+  if constexpr (std::is_same_v<T, float>) {
+    return alpha == T(1) && selected_gemm_backend() == GemmBackend::onednn;
+  } else {
+    return false;
+  }
+}
+
+#ifdef HPCTRAIN_HAVE_ONEDNN
+onednn::MatrixOperand operand(const Matrix<float>& x, bool trans) {
+  // LayoutRight: stride(0) is the leading dimension; a 1-column matrix may report stride 1.
+  const auto ld = std::max<std::int64_t>(static_cast<std::int64_t>(x.stride(0)),
+                                         static_cast<std::int64_t>(x.extent(1)));
+  return {x.data(), std::max<std::int64_t>(ld, 1), trans};
+}
+
+std::int64_t leading_dimension(const Matrix<float>& x) { return operand(x, false).ld; }
+#endif
+
 }  // namespace
+
+GemmBackend gemm_backend() { return selected_gemm_backend(); }
+
+void set_gemm_backend(GemmBackend backend) {
+  HPCTRAIN_REQUIRE(backend == GemmBackend::blas || onednn_available(),
+                   "set_gemm_backend(onednn): this build has no oneDNN");
+  selected_gemm_backend() = backend;
+}
 
 template <class T>
 void gemm(Trans trans_a, Trans trans_b, T alpha, const Matrix<T>& a, const Matrix<T>& b, T beta,
@@ -45,12 +105,49 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, const Matrix<T>& a, const Matri
     }
     return;
   }
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_onednn(alpha)) {
+      ExecSpace().fence();
+      onednn::gemm(a_rows, b_cols, a_cols, operand(a, ta), operand(b, tb), beta, c.data(),
+                   leading_dimension(c), nullptr);
+      return;
+    }
+  }
+#endif
   KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", alpha, a, b, beta, c);
+}
+
+template <class T>
+void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
+                    const Matrix<T>& y) {
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(bias.extent(0)) ==
+                       static_cast<std::int64_t>(w.extent(0)),
+                   "linear_forward: bias has " + std::to_string(bias.extent(0)) +
+                       " elements for " + std::to_string(w.extent(0)) + " outputs");
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_onednn(T(1)) && x.extent(0) > 0 && x.extent(1) > 0 && w.extent(0) > 0 &&
+        y.extent(0) == x.extent(0) && y.extent(1) == w.extent(0) && w.extent(1) == x.extent(1)) {
+      ExecSpace().fence();
+      onednn::gemm(static_cast<std::int64_t>(x.extent(0)), static_cast<std::int64_t>(w.extent(0)),
+                   static_cast<std::int64_t>(x.extent(1)), operand(x, false), operand(w, true),
+                   0.0F, y.data(), leading_dimension(y), bias.data());
+      return;
+    }
+  }
+#endif
+  gemm(Trans::no, Trans::yes, T(1), x, w, T(0), y);
+  add_row_bias(y, bias);
 }
 
 template void gemm<float>(Trans, Trans, float, const Matrix<float>&, const Matrix<float>&, float,
                           const Matrix<float>&);
 template void gemm<double>(Trans, Trans, double, const Matrix<double>&, const Matrix<double>&,
                            double, const Matrix<double>&);
+template void linear_forward<float>(const Matrix<float>&, const Matrix<float>&, const Vec<float>&,
+                                    const Matrix<float>&);
+template void linear_forward<double>(const Matrix<double>&, const Matrix<double>&,
+                                     const Vec<double>&, const Matrix<double>&);
 
 }  // namespace hpctrain::core

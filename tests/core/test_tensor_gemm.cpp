@@ -1,7 +1,13 @@
 // Tensors and gemm: gemm against a naive float64 product on odd shapes, every transpose pair.
 #include "gradient_check.hpp"
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/gemm.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <ostream>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -69,24 +75,119 @@ void check_gemm(std::int64_t m, std::int64_t n, std::int64_t k, Trans ta, Trans 
   }
 }
 
-class GemmShapes : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+/// Runs a test body with float gemms on one backend, restoring the previous one.
+class GemmBackendScope {
+ public:
+  explicit GemmBackendScope(GemmBackend b) : saved_(gemm_backend()) { set_gemm_backend(b); }
+  ~GemmBackendScope() { set_gemm_backend(saved_); }
+  GemmBackendScope(const GemmBackendScope&) = delete;
+  GemmBackendScope& operator=(const GemmBackendScope&) = delete;
+
+ private:
+  GemmBackend saved_;
+};
+
+struct GemmCase {
+  GemmBackend backend;
+  int m, n, k;
+};
+
+void PrintTo(const GemmCase& c, std::ostream* os) {
+  *os << gemm_backend_name(c.backend) << "_" << c.m << "x" << c.n << "x" << c.k;
+}
+
+class GemmShapes : public ::testing::TestWithParam<GemmCase> {
+ protected:
+  void SetUp() override {
+    if (GetParam().backend == GemmBackend::onednn && !onednn_available()) {
+      GTEST_SKIP() << "this build has no oneDNN";
+    }
+  }
+};
 
 TEST_P(GemmShapes, MatchesNaiveFloat64ForEveryTransposePair) {
-  const auto [m, n, k] = GetParam();
+  const GemmCase c = GetParam();
+  const GemmBackendScope scope(c.backend);
   for (const Trans ta : {Trans::no, Trans::yes}) {
     for (const Trans tb : {Trans::no, Trans::yes}) {
       // float: k products of values in [-1, 1] round to ~k * 2^-24 relative; 1e-5 covers k <= 100.
-      check_gemm<float>(m, n, k, ta, tb, 1.0, 0.0, 1e-5);
-      check_gemm<float>(m, n, k, ta, tb, -0.5, 0.75, 1e-5);
-      check_gemm<double>(m, n, k, ta, tb, 1.25, 1.0, 1e-12);
+      check_gemm<float>(c.m, c.n, c.k, ta, tb, 1.0, 0.0, 1e-5);
+      check_gemm<float>(c.m, c.n, c.k, ta, tb, 1.0, 1.0, 1e-5);  // accumulate (weight gradient)
+      check_gemm<float>(c.m, c.n, c.k, ta, tb, 1.0, 0.75, 1e-5);
+      check_gemm<float>(c.m, c.n, c.k, ta, tb, -0.5, 0.75, 1e-5);
+      check_gemm<double>(c.m, c.n, c.k, ta, tb, 1.25, 1.0, 1e-12);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(OddAndSquare, GemmShapes,
-                         ::testing::Values(std::make_tuple(1, 1, 1), std::make_tuple(7, 5, 3),
-                                           std::make_tuple(3, 17, 31), std::make_tuple(64, 10, 33),
-                                           std::make_tuple(13, 1, 64)));
+std::vector<GemmCase> gemm_cases() {
+  std::vector<GemmCase> cases;
+  for (const GemmBackend b : {GemmBackend::blas, GemmBackend::onednn}) {
+    for (const auto& [m, n, k] : std::vector<std::tuple<int, int, int>>{
+             {1, 1, 1}, {7, 5, 3}, {3, 17, 31}, {64, 10, 33}, {13, 1, 64}, {1, 40, 7}, {33, 65, 17}}) {
+      cases.push_back({b, m, n, k});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(OddAndSquare, GemmShapes, ::testing::ValuesIn(gemm_cases()),
+                         [](const ::testing::TestParamInfo<GemmCase>& info) {
+                           const GemmCase& c = info.param;
+                           return std::string(gemm_backend_name(c.backend)) + "_" + std::to_string(c.m) +
+                                  "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+                         });
+
+class LinearForward : public ::testing::TestWithParam<GemmBackend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == GemmBackend::onednn && !onednn_available()) GTEST_SKIP() << "no oneDNN";
+  }
+};
+
+TEST_P(LinearForward, MatchesNaiveFloat64WithBias) {
+  const GemmBackendScope scope(GetParam());
+  for (const auto& [n, in, out] : std::vector<std::tuple<int, int, int>>{
+           {1, 1, 1}, {3, 17, 5}, {7, 784, 10}, {64, 33, 129}}) {
+    const auto hx = random_values<float>(static_cast<std::size_t>(n * in), 4);
+    const auto hw = random_values<float>(static_cast<std::size_t>(out * in), 5);
+    const auto hb = random_values<float>(static_cast<std::size_t>(out), 6);
+    const auto x = tensor_from_host<float>("x", {n, in}, hx);
+    const auto w = tensor_from_host<float>("w", {out, in}, hw);
+    const auto b = tensor_from_host<float>("b", {out}, hb);
+    // y starts as NaN: the forward must overwrite it, not add to it.
+    const auto y = tensor_from_host<float>("y", {n, out},
+                                           std::vector<float>(static_cast<std::size_t>(n * out), NAN));
+    linear_forward(as_matrix(x.data, n, in), as_matrix(w.data, out, in), b.data, as_matrix(y.data, n, out));
+    const auto got = to_host(y.data);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < out; ++j) {
+        double want = hb[j];
+        for (int p = 0; p < in; ++p) want += static_cast<double>(hx[i * in + p]) * hw[j * in + p];
+        ASSERT_NEAR(got[i * out + j], want, 1e-6 * in * (1.0 + std::fabs(want)))
+            << "n=" << n << " in=" << in << " out=" << out << " at " << i << "," << j;
+      }
+    }
+  }
+  Vec<float> v("v", 64);
+  EXPECT_THROW(linear_forward(as_matrix(v, 2, 3), as_matrix(v, 4, 3), Vec<float>("b", 3), as_matrix(v, 2, 4)),
+               Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LinearForward, ::testing::Values(GemmBackend::blas, GemmBackend::onednn),
+                         [](const ::testing::TestParamInfo<GemmBackend>& info) {
+                           return std::string(gemm_backend_name(info.param));
+                         });
+
+TEST(GemmBackendChoice, EnvironmentAndBuildDecideTheDefault) {
+  // gemm_backend() reads HPCTRAIN_GEMM_BACKEND once; here it is unset (ctest sets nothing).
+  if (std::getenv("HPCTRAIN_GEMM_BACKEND") == nullptr) {  // NOLINT
+    EXPECT_EQ(gemm_backend(), onednn_available() ? GemmBackend::onednn : GemmBackend::blas);
+  }
+  if (!onednn_available()) {
+    EXPECT_THROW(set_gemm_backend(GemmBackend::onednn), Error);
+  }
+}
 
 TEST(Gemm, ZeroInnerDimensionScalesC) {
   check_gemm<double>(4, 3, 0, Trans::no, Trans::no, 1.0, 0.5, 1e-15);

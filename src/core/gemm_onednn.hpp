@@ -1,0 +1,22 @@
+#pragma once
+// Internal to hpctrain::core: the oneDNN matmul behind core::gemm / core::linear_forward (float,
+// host memory). Built only with HPCTRAIN_ENABLE_ONEDNN; gemm.cpp dispatches to it.
+
+#include <cstdint>
+
+namespace hpctrain::core::onednn {
+
+/// A row-major float matrix operand: `rows x cols` of op(X), stored with leading dimension `ld`
+/// (the row stride of X as stored), transposed when `trans`.
+struct MatrixOperand {
+  const float* data;
+  std::int64_t ld;
+  bool trans;
+};
+
+/// c[m x n] = op(a)[m x k] op(b)[k x n] (+ beta c when beta != 0) (+ bias[n] on every row when
+/// bias is not null; then beta must be 0). Row-major c with leading dimension ldc.
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, MatrixOperand b,
+          float beta, float* c, std::int64_t ldc, const float* bias);
+
+}  // namespace hpctrain::core::onednn
