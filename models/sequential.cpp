@@ -1,6 +1,7 @@
 #include "hpctrain/models/sequential.hpp"
 
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/elementwise.hpp"
 
 #include <sstream>
 
@@ -97,7 +98,7 @@ Tensor<T> Sequential<T>::backward(const Tensor<T>& dy, bool need_input_grad,
 
 template <class T>
 void Sequential<T>::zero_gradients() {
-  Kokkos::deep_copy(grads_, T(0));
+  core::set_zero(grads_);
 }
 
 template <class T>

@@ -4,6 +4,8 @@
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
 
+#include <cstring>
+
 namespace hpctrain::core {
 
 namespace {
@@ -149,6 +151,16 @@ void axpy(T alpha, const Vec<T>& x, const Vec<T>& y) {
       "hpctrain::axpy", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) { y(i) += alpha * x(i); });
 }
 
+template <class T>
+void set_zero(const Vec<T>& v) {
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    ExecSpace().fence();
+    if (v.extent(0) > 0) std::memset(v.data(), 0, v.extent(0) * sizeof(T));  // all-zero bytes: +0.0
+  } else {
+    Kokkos::deep_copy(v, T(0));
+  }
+}
+
 #define HPCTRAIN_INSTANTIATE(T)                                                             \
   template void add_row_bias<T>(const Matrix<T>&, const Vec<T>&);                           \
   template void accumulate_column_sums<T>(const Matrix<T>&, const Vec<T>&);                 \
@@ -159,7 +171,8 @@ void axpy(T alpha, const Vec<T>& x, const Vec<T>& y) {
   template void gelu_backward<T>(const Vec<T>&, const Vec<T>&, const Vec<T>&);              \
   template void dropout_apply<T>(const DropoutKey&, double, std::int64_t, const Vec<T>&,    \
                                  const Vec<T>&);                                            \
-  template void axpy<T>(T, const Vec<T>&, const Vec<T>&);
+  template void axpy<T>(T, const Vec<T>&, const Vec<T>&);                                   \
+  template void set_zero<T>(const Vec<T>&);
 
 HPCTRAIN_INSTANTIATE(float)
 HPCTRAIN_INSTANTIATE(double)

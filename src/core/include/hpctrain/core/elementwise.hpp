@@ -53,6 +53,11 @@ template <class T>
 void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per_sample,
                    const Vec<T>& in, const Vec<T>& out);
 
+/// v = 0 (+0.0 everywhere). On host memory libc's vectorised memset (the Kokkos fill it
+/// replaces was 3.8 % of an MLP step in a perf profile: a step zeroes 2 MiB of gradients).
+template <class T>
+void set_zero(const Vec<T>& v);
+
 /// y = alpha * x + y.
 template <class T>
 void axpy(T alpha, const Vec<T>& x, const Vec<T>& y);
