@@ -3,10 +3,14 @@
 # steps, measured in one session on the same cores; prints one Markdown table.
 # See docs/benchmarks-training.md.
 #
-#   scripts/compare-torch.sh [--build DIR] [--out DIR] [--models "mlp cnn"]
+#   scripts/compare-torch.sh [--build DIR] [--out DIR] [--models "mlp cnn CONFIG.json ..."]
+#       (default: mlp, cnn and benchmarks/models/cnn-k3-3conv.json)
 #       [--hpctrain-configs "2x1 1x2"] [--torch-configs "1x2 2x1"]
 #       [--mlp-epochs 2] [--cnn-epochs 1] [--cnn-max-steps 150] [--repeats 1]
 #
+# A --models entry ending in .json is an hpctrain model config (e.g. benchmarks/models/
+# cnn-k3-3conv.json: other kernel, channel and layer counts), which the peer mirrors with
+# --model-config; a cnn config runs like the cnn (--cnn-epochs, --cnn-max-steps).
 # A configuration RxT is R ranks (processes, under mpirun) of T threads each; the defaults are
 # "C x 1" and "1 x C" for the machine's C cores, on both sides: torch's two usual CPU setups
 # (one process with C intra-op threads; DDP over gloo with C single-thread ranks) and
@@ -27,7 +31,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build
 out=""
-models="mlp cnn"
+models="mlp cnn $root/benchmarks/models/cnn-k3-3conv.json"
 cores=$(getconf _NPROCESSORS_ONLN)
 hpctrain_configs="${cores}x1 1x${cores}"
 torch_configs="1x${cores} ${cores}x1"
@@ -48,7 +52,7 @@ while (($#)); do
     --cnn-epochs) cnn_epochs=$2; shift 2 ;;
     --cnn-max-steps) cnn_max_steps=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "compare-torch: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -110,6 +114,14 @@ test=$fashion_test
 } > "$out/environment.txt"
 cat "$out/environment.txt"
 
+# The label of a --models entry in file names and the table: mlp, cnn, or a config's base name.
+model_label() { local b=${1##*/}; echo "${b%.json}"; }
+is_cnn() { [[ $1 == cnn ]] || { [[ $1 == *.json ]] && grep -q '"cnn"' "$1"; }; }
+for model in $models; do
+  [[ $model == mlp || $model == cnn || ( $model == *.json && -f $model ) ]] ||
+    { echo "compare-torch: --models entry '$model' is neither mlp, cnn nor an existing .json model config" >&2; exit 2; }
+done
+
 run_hpctrain() {  # model config epochs max_steps file
   local model=$1 config=$2 epochs=$3 max_steps=$4 file=$5
   local r=${config%x*} t=${config#*x}
@@ -123,9 +135,10 @@ run_hpctrain() {  # model config epochs max_steps file
 run_torch() {  # model config epochs max_steps file
   local model=$1 config=$2 epochs=$3 max_steps=$4 file=$5
   local r=${config%x*} t=${config#*x}
-  local port=$((29500 + RANDOM % 2000))
+  local port=$((29500 + RANDOM % 2000)) which=(--model "$model")
+  [[ $model == *.json ]] && which=(--model-config "$model")
   local cmd=(mpirun -n "$r" $(mpirun_flags "$t") -x OMP_NUM_THREADS="$t" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$port
-             "$python" "$peer" --model "$model" --threads "$t" --epochs "$epochs" --max-steps "$max_steps"
+             "$python" "$peer" "${which[@]}" --threads "$t" --epochs "$epochs" --max-steps "$max_steps"
              --warmup-steps "$warmup" --data "$train" --eval-data "$test")
   echo "+ ${cmd[*]}   (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   "${cmd[@]}" | grep '^{' > "$file"
@@ -135,14 +148,15 @@ start=$(date +%s)
 "$kernels" --benchmark_filter='bound/' --benchmark_format=json --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true > "$out/sgemm-bound.json" 2>/dev/null
 for model in $models; do
-  if [[ $model == mlp ]]; then epochs=$mlp_epochs max_steps=0; else epochs=$cnn_epochs max_steps=$cnn_max_steps; fi
+  if is_cnn "$model"; then epochs=$cnn_epochs max_steps=$cnn_max_steps; else epochs=$mlp_epochs max_steps=0; fi
+  label=$(model_label "$model")
   for ((rep = 1; rep <= repeats; ++rep)); do
     run_side() {  # side
       local side=$1 c
       if [[ $side == hpctrain ]]; then
-        for c in $hpctrain_configs; do run_hpctrain "$model" "$c" "$epochs" "$max_steps" "$out/hpctrain-$model-$c-r$rep.json"; done
+        for c in $hpctrain_configs; do run_hpctrain "$model" "$c" "$epochs" "$max_steps" "$out/hpctrain-$label-$c-r$rep.json"; done
       else
-        for c in $torch_configs; do run_torch "$model" "$c" "$epochs" "$max_steps" "$out/torch-$model-$c-r$rep.json"; done
+        for c in $torch_configs; do run_torch "$model" "$c" "$epochs" "$max_steps" "$out/torch-$label-$c-r$rep.json"; done
       fi
     }
     if ((rep % 2)); then run_side hpctrain; run_side torch; else run_side torch; run_side hpctrain; fi
@@ -150,11 +164,13 @@ for model in $models; do
 done
 echo "compare-torch: runs took $(($(date +%s) - start)) s; load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/environment.txt"
 
-"$python" - "$out" "$models" "$hpctrain_configs" "$torch_configs" "$cores" <<'EOF2' | tee "$out/table.md"
+labels=$(for m in $models; do model_label "$m"; done | tr '\n' ' ')
+"$python" - "$out" "$labels" "$hpctrain_configs" "$torch_configs" "$cores" "$models" <<'EOF2' | tee "$out/table.md"
 import glob, json, os, sys
 
 out, models = sys.argv[1], sys.argv[2].split()
 hconfigs, tconfigs, cores = sys.argv[3].split(), sys.argv[4].split(), int(sys.argv[5])
+paths = dict(zip(models, sys.argv[6].split()))  # label -> mlp, cnn or a config file
 # Training FLOPs per sample (benchmarks/bench_train.cpp's header derives them).
 FLOP_PER_SAMPLE = {"mlp": 2.41e6, "cnn": 67.6e6}
 
@@ -177,6 +193,22 @@ def runs(side, model, config):
             found.append((r["samples_per_s"], r.get("test_accuracy")))
     return found
 
+def flop_per_sample_of_config(path):
+    """Training FLOPs per sample of an hpctrain model config, by bench_train's formula: 2 per
+    multiply-add; forward, weight gradient and input gradient (none for the first layer's input)."""
+    cfg = json.load(open(path))
+    total, first, side, width = 0.0, True, 28, 784
+    if cfg["name"] == "cnn":
+        c, k, pool = 1, cfg.get("kernel", 5), cfg.get("pool", 2)
+        for ch in cfg.get("channels", [32, 64]):
+            total += 2.0 * c * k * k * ch * side * side * (2 if first else 3)
+            first, c, side = False, ch, side // pool
+        width = c * side * side
+    for h in cfg.get("hidden", [512, 256] if cfg["name"] == "mlp" else [256]) + [10]:
+        total += 2.0 * width * h * (2 if first else 3)
+        first, width = False, h
+    return total
+
 def best(side, model, configs):
     cands = [(s, a, c) for c in configs for (s, a) in runs(side, model, c)]
     return max(cands, key=lambda r: r[0]) if cands else (None, None, None)
@@ -192,7 +224,8 @@ for model in models:
     h, ha, hc = best("hpctrain", model, hconfigs)
     t, ta, tc = best("torch", model, tconfigs)
     ratio = h / t if h and t else None
-    frac = h * FLOP_PER_SAMPLE[model] / sgemm_machine if h else None
+    flop = FLOP_PER_SAMPLE.get(model) or flop_per_sample_of_config(paths[model])
+    frac = h * flop / sgemm_machine if h and flop else None
     every = ", ".join(
         [f"hpctrain {c}: {fmt(max((s for s, _ in runs('hpctrain', model, c)), default=None), '.0f')}" for c in hconfigs] +
         [f"torch {c}: {fmt(max((s for s, _ in runs('torch', model, c)), default=None), '.0f')}" for c in tconfigs])

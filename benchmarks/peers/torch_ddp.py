@@ -62,17 +62,26 @@ def load_split(path, mean, std):
     return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(labels)
 
 
-def build_model(name, hidden=(512, 256)):
+def build_model(name, hidden=(512, 256), channels=(32, 64), kernel=5, pool=2):
     if name == "mlp":  # 784-512-256-10 by default (--hidden), ReLU
         layers, width = [nn.Flatten()], 784
         for h in hidden:
             layers += [nn.Linear(width, h), nn.ReLU()]
             width = h
         model = nn.Sequential(*layers, nn.Linear(width, 10))
-    elif name == "cnn":  # conv5x5x32 pad2 -> ReLU -> pool2 -> conv5x5x64 pad2 -> ReLU -> pool2 -> 256 -> 10
-        model = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Linear(256, 10))
+    elif name == "cnn":  # default: conv5x5x32 pad2 -> ReLU -> pool2 -> conv5x5x64 pad2 -> ReLU -> pool2 -> 256 -> 10
+        # hpctrain's registry: per channel count a conv (stride 1, same padding), ReLU, max-pool;
+        # then the dense head (hidden widths, ReLU) and the 10-way output.
+        layers, c, side = [], 1, 28
+        for ch in channels:
+            layers += [nn.Conv2d(c, ch, kernel, padding=kernel // 2), nn.ReLU(), nn.MaxPool2d(pool)]
+            c, side = ch, side // pool
+        layers.append(nn.Flatten())
+        width = c * side * side
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        model = nn.Sequential(*layers, nn.Linear(width, 10))
     else:
         raise SystemExit(f"torch_ddp.py: unknown model '{name}' (mlp or cnn)")
     for m in model.modules():  # hpctrain's default "fan_in_uniform": U(+-1/sqrt(fan_in)), zero bias
@@ -116,6 +125,9 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=5, help="steps excluded from samples/s")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     ap.add_argument("--hidden", default="512,256", help="mlp: hidden widths (hpctrain's \"hidden\")")
+    ap.add_argument("--model-config", default="",
+                    help="an hpctrain model config (JSON: name mlp|cnn, hidden, channels, kernel, pool; "
+                         "ReLU only); overrides --model and --hidden")
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
     ap.add_argument("--zero", action="store_true",
                     help="ZeRO-1: torch.distributed.optim.ZeroRedundancyOptimizer around the optimiser "
@@ -141,7 +153,20 @@ def main():
         x_test, y_test = load_split(args.eval_data, args.mean, args.std)
 
     torch.manual_seed(args.seed)  # same initial parameters on every rank (DDP broadcasts rank 0's anyway)
-    model = build_model(args.model, [int(h) for h in args.hidden.split(",") if h])
+    if args.model_config:
+        with open(args.model_config) as f:
+            cfg = json.load(f)
+        unknown = set(cfg) - {"name", "hidden", "channels", "kernel", "pool", "activation"}
+        if unknown or cfg.get("activation", "relu") != "relu" or cfg.get("name") not in ("mlp", "cnn"):
+            raise SystemExit(f"torch_ddp.py: {args.model_config}: only name mlp|cnn, hidden, channels, kernel, "
+                             f"pool and ReLU are mirrored (got {sorted(cfg)})")
+        name = cfg["name"]
+        model = build_model(name, cfg.get("hidden", [512, 256] if name == "mlp" else [256]),
+                            cfg.get("channels", [32, 64]), cfg.get("kernel", 5), cfg.get("pool", 2))
+    elif args.model == "cnn":
+        model = build_model("cnn", [256])
+    else:
+        model = build_model(args.model, [int(h) for h in args.hidden.split(",") if h])
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     if args.optimizer == "adamw":
         opt_class, opt_args = torch.optim.AdamW, {"lr": args.lr, "weight_decay": 0.0}
