@@ -6,7 +6,7 @@
 
 namespace hpctrain::io {
 
-Batch read_batch(const DatasetReader& reader, const EpochPlan& plan, std::int64_t epoch,
+Batch read_batch(const SampleSource& reader, const EpochPlan& plan, std::int64_t epoch,
                  std::int64_t batch) {
   HPCTRAIN_REQUIRE(plan.count() == reader.info().count,
                    fmt::format("data set '{}': the epoch plan is for {} samples but the file "
@@ -22,7 +22,7 @@ Batch read_batch(const DatasetReader& reader, const EpochPlan& plan, std::int64_
   return b;
 }
 
-Prefetcher::Prefetcher(const DatasetReader& reader, EpochPlan plan, std::int64_t epoch,
+Prefetcher::Prefetcher(const SampleSource& reader, EpochPlan plan, std::int64_t epoch,
                        std::int64_t start_batch, std::size_t depth)
     : reader_(reader),
       plan_(std::move(plan)),

@@ -31,6 +31,7 @@ struct RunDescription {
   std::int64_t steps_per_epoch = 0;
   std::size_t gradient_buckets = 0;
   int blas_threads = 0;  ///< deterministic mode's BLAS thread count (-1: not OpenBLAS)
+  bool data_in_memory = false;  ///< the training split was copied into memory
 };
 
 class ProgressReport {

@@ -21,6 +21,7 @@
 #include "hpctrain/core/tensor.hpp"
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
+#include "hpctrain/io/in_memory_dataset.hpp"
 #include "hpctrain/io/prefetcher.hpp"
 #include "hpctrain/models/registry.hpp"
 #include "hpctrain/train/bucketed_allreduce_sync.hpp"
@@ -154,7 +155,7 @@ std::int64_t count_total_steps(const TrainOptions& o, const io::EpochPlan& plan)
 struct TrainingLoop {
   const TrainOptions& o;
   coll::Communicator& comm;
-  const io::DatasetReader& reader;
+  const io::SampleSource& reader;
   const std::optional<io::DatasetReader>& eval_reader;
   models::Sequential<float>& model;
   const io::EpochPlan& plan;
@@ -293,6 +294,9 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   std::optional<io::DatasetReader> eval_reader;
   if (!o.eval_data.empty()) eval_reader.emplace(o.eval_data, read_options);
   const auto model = build_checked_model(o, reader, eval_reader);
+  std::optional<io::InMemoryDataset> in_memory;
+  if (io::InMemoryDataset::bytes_needed(reader.info()) <= (o.data_in_memory_mib << 20)) in_memory.emplace(reader);
+  const io::SampleSource& train_source = in_memory ? static_cast<const io::SampleSource&>(*in_memory) : reader;
 
   comm.barrier();  // common origin for the timeline
   Timeline timeline(!o.timeline_path.empty());
@@ -325,9 +329,9 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   ProgressReport report(o, comm, schedule, schedule.total_steps);
   report.print_start(RunDescription{model->parameter_count(), plan.count(), schedule.total_steps,
                                     (plan.batches_per_epoch() + o.accumulate - 1) / o.accumulate, gradient_buckets,
-                                    blas_override.threads()});
+                                    blas_override.threads(), in_memory.has_value()});
 
-  TrainingLoop loop{o, comm, reader, eval_reader, *model, plan, *sync, *optimizer, schedule, timeline,
+  TrainingLoop loop{o, comm, train_source, eval_reader, *model, plan, *sync, *optimizer, schedule, timeline,
                     checkpoints, report, start.step, ThroughputMeter(start.step, o.warmup_steps_for_throughput),
                     TimeTotals{}, TrainResult{}};
   loop.result.resumed_from = start.path;

@@ -61,6 +61,20 @@ struct DatasetReaderOptions {
   std::size_t compressed_chunk_cache_bytes = std::size_t{64} << 20;
 };
 
+/// Where training batches come from: the normalised samples of a data set by global index.
+/// DatasetReader reads them from the file; InMemoryDataset (in_memory_dataset.hpp) from a copy
+/// in memory. Both give the same values.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual const DatasetInfo& info() const noexcept = 0;
+  /// Reads the samples at `indices` (any order; repeats allowed) into `samples`
+  /// (indices.size() x sample_size floats, row-major, in the order of `indices`, normalised)
+  /// and `labels`. The outputs are resized. Each index must lie in [0, count).
+  virtual void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
+                    std::vector<std::int32_t>& labels) const = 0;
+};
+
 /// Reads samples of an hpctrain data set file by global index.
 ///
 /// Every rank opens the file itself, read-only, with HDF5's default (POSIX) file driver, and
@@ -70,20 +84,20 @@ struct DatasetReaderOptions {
 ///
 /// Thread safety: all methods may be called from any thread; HDF5 calls are serialised by
 /// h5_mutex() (see h5.hpp). `read` is the only call a prefetch thread makes.
-class DatasetReader {
+class DatasetReader final : public SampleSource {
  public:
   /// Opens and validates `path`: the file exists and is HDF5; /samples and /labels exist, are
   /// datasets of the right rank and type, with equal counts; the `shape`, `count` and `classes`
   /// attributes agree with the datasets; labels lie in [0, classes). Failures throw
   /// hpctrain::Error naming the file, the dataset and the reason.
   explicit DatasetReader(std::string path, DatasetReaderOptions options = {});
-  ~DatasetReader();
+  ~DatasetReader() override;
   DatasetReader(const DatasetReader&) = delete;
   DatasetReader& operator=(const DatasetReader&) = delete;
   DatasetReader(DatasetReader&&) noexcept;
   DatasetReader& operator=(DatasetReader&&) noexcept;
 
-  const DatasetInfo& info() const noexcept { return info_; }
+  const DatasetInfo& info() const noexcept override { return info_; }
   const DatasetReaderOptions& options() const noexcept { return options_; }
 
   /// Checks the data set against a model: `input_shape` must equal the sample shape, or be
@@ -101,7 +115,7 @@ class DatasetReader {
   /// read per dataset (measured ~25x faster per sample than one read of an OR'ed multi-block
   /// selection with HDF5 1.10.8); the result is put back into the requested order in memory.
   void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
-            std::vector<std::int32_t>& labels) const;
+            std::vector<std::int32_t>& labels) const override;
 
  private:
   void close() noexcept;

@@ -32,7 +32,7 @@ struct Batch {
 };
 
 /// Reads this rank's share (`plan.rank_indices`) of the given global batch.
-Batch read_batch(const DatasetReader& reader, const EpochPlan& plan, std::int64_t epoch,
+Batch read_batch(const SampleSource& reader, const EpochPlan& plan, std::int64_t epoch,
                  std::int64_t batch);
 
 /// Reads batches [start_batch, plan.batches_per_epoch()) of `epoch` on a background thread,
@@ -46,7 +46,7 @@ Batch read_batch(const DatasetReader& reader, const EpochPlan& plan, std::int64_
 /// rethrown by next() after the batches read before it.
 class Prefetcher {
  public:
-  Prefetcher(const DatasetReader& reader, EpochPlan plan, std::int64_t epoch,
+  Prefetcher(const SampleSource& reader, EpochPlan plan, std::int64_t epoch,
              std::int64_t start_batch = 0, std::size_t depth = 2);
   /// Stops the thread (after the batch it is reading) and joins it.
   ~Prefetcher();
@@ -64,7 +64,7 @@ class Prefetcher {
  private:
   void run() noexcept;
 
-  const DatasetReader& reader_;
+  const SampleSource& reader_;
   EpochPlan plan_;
   std::int64_t epoch_;
   std::int64_t start_batch_;

@@ -51,6 +51,10 @@ struct TrainOptions {
   float normalize_mean = 0.2860f;  ///< Fashion-MNIST training-set mean
   float normalize_std = 0.3530f;
   std::size_t prefetch_depth = 4;
+  /// The training split is copied into memory (io/in_memory_dataset.hpp) when its samples take
+  /// at most this many MiB per rank (as floats); 0: always stream from the file. Same bits
+  /// either way.
+  std::size_t data_in_memory_mib = 1024;
   std::int64_t log_every = 50;  ///< progress line every N steps (0 = only per epoch)
   std::string metrics_path;     ///< JSONL, rank 0
   std::string timeline_path;    ///< Chrome-trace JSON, all ranks' spans gathered to rank 0

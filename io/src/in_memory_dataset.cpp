@@ -1,0 +1,54 @@
+#include "hpctrain/io/in_memory_dataset.hpp"
+
+#include "hpctrain/collectives/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace hpctrain::io {
+
+std::size_t InMemoryDataset::bytes_needed(const DatasetInfo& info) noexcept {
+  const auto count = static_cast<std::size_t>(std::max<std::int64_t>(info.count, 0));
+  const auto size = static_cast<std::size_t>(std::max<std::int64_t>(info.sample_size, 0));
+  return count * (size * sizeof(float) + sizeof(std::int32_t));
+}
+
+InMemoryDataset::InMemoryDataset(const DatasetReader& reader) : info_(reader.info()) {
+  // Blocks of 4096 consecutive samples: one hyperslab read each, and a bounded scratch buffer.
+  constexpr std::int64_t kBlock = 4096;
+  const auto size = static_cast<std::size_t>(info_.sample_size);
+  samples_.resize(static_cast<std::size_t>(info_.count) * size);
+  labels_.resize(static_cast<std::size_t>(info_.count));
+  std::vector<std::int64_t> indices;
+  std::vector<float> block_samples;
+  std::vector<std::int32_t> block_labels;
+  for (std::int64_t first = 0; first < info_.count; first += kBlock) {
+    indices.resize(static_cast<std::size_t>(std::min(kBlock, info_.count - first)));
+    std::iota(indices.begin(), indices.end(), first);
+    reader.read(indices, block_samples, block_labels);
+    std::copy(block_samples.begin(), block_samples.end(),
+              samples_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(first) * size));
+    std::copy(block_labels.begin(), block_labels.end(), labels_.begin() + first);
+  }
+}
+
+void InMemoryDataset::read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
+                           std::vector<std::int32_t>& labels) const {
+  const auto size = static_cast<std::size_t>(info_.sample_size);
+  samples.resize(indices.size() * size);
+  labels.resize(indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const std::int64_t i = indices[k];
+    HPCTRAIN_REQUIRE(i >= 0 && i < info_.count,
+                     fmt::format("data set '{}' (in memory): sample index {} is not in [0, {})",
+                                 info_.path, i, info_.count));
+    std::memcpy(samples.data() + k * size, samples_.data() + static_cast<std::size_t>(i) * size,
+                size * sizeof(float));
+    labels[k] = labels_[static_cast<std::size_t>(i)];
+  }
+}
+
+}  // namespace hpctrain::io
