@@ -167,6 +167,7 @@ def main():
         model = build_model("cnn", [256])
     else:
         model = build_model(args.model, [int(h) for h in args.hidden.split(",") if h])
+    model_label = os.path.basename(args.model_config).removesuffix(".json") if args.model_config else args.model
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     if args.optimizer == "adamw":
         opt_class, opt_args = torch.optim.AdamW, {"lr": args.lr, "weight_decay": 0.0}
@@ -241,7 +242,7 @@ def main():
         dist.all_reduce(memory, op=dist.ReduceOp.MAX)
     if rank == 0:
         print(json.dumps({
-            "side": "torch", "model": args.model, "ranks": world, "global_batch": B,
+            "side": "torch", "model": model_label, "ranks": world, "global_batch": B,
             "epochs": args.epochs, "steps": step, "warmup_steps": args.warmup_steps,
             "samples_per_s": rate, "test_accuracy": test_acc, "test_loss": test_loss,
             "final_loss": loss_value, "seconds": t_end - run_start,
