@@ -1,5 +1,7 @@
 #include "progress_report.hpp"
 
+#include "hpctrain/core/gemm.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/gemm.hpp"
 #include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
@@ -55,8 +58,8 @@ void ProgressReport::print_start(const RunDescription& run) const {
               static_cast<long long>(run.data_samples), run.data_in_memory ? ", in memory" : "", run.gradient_buckets,
               schedule_.base_lr,
               to_string(schedule_.kind).c_str());
-  std::printf("hpctrain: compute: %s, convolutions on %s\n", describe(compute_threads()).c_str(),
-              core::conv_backend_name(core::conv_backend()));
+  std::printf("hpctrain: compute: %s, gemm on %s, convolutions on %s\n", describe(compute_threads()).c_str(),
+              core::gemm_backend_name(core::gemm_backend()), core::conv_backend_name(core::conv_backend()));
   if (o.deterministic) {
     std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), exact "
                 "fixed-point gradient sum, BLAS threads per rank: %s\n",
