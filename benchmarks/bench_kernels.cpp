@@ -6,8 +6,9 @@
 // Three groups, each timed by wall clock (OpenMP/CUDA work is not on the main thread's CPU
 // clock), every timed region ending with a fence:
 //
-//  gemm/<model>.<layer>.<pass>/MxNxK   hpctrain::core::gemm (KokkosBlas::gemm -> OpenBLAS or
-//      cuBLAS) at the shapes the MLP and CNN train with at batch 128, and OpenBLAS's
+//  gemm/<model>.<layer>.<pass>/MxNxK   hpctrain::core::gemm (oneDNN's matmul by default;
+//      HPCTRAIN_GEMM_BACKEND=blas: KokkosBlas::gemm -> OpenBLAS or cuBLAS) at the shapes the
+//      MLP and CNN train with at batch 128, and OpenBLAS's
 //      cblas_sgemm called directly on host copies of the same matrices, alternating within
 //      each iteration so both see the same machine. Counters: GFLOPs (ours, 2 M N K per call),
 //      cblas_GFLOPs, vs_cblas = GFLOPs / cblas_GFLOPs. The benchmark's time is ours.
