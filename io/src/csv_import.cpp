@@ -13,6 +13,7 @@
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/durable_file.hpp"
 #include "hpctrain/io/h5.hpp"
+#include "appended_dataset.hpp"
 
 namespace hpctrain::io {
 
@@ -32,39 +33,6 @@ std::vector<std::string> split_cells(std::string line) {
   }
   return cells;
 }
-
-/// An extendible, chunked dataset N x width (width 0: 1-D), appended to chunk by chunk.
-class AppendedDataset {
- public:
-  AppendedDataset(hid_t file, const char* name, hid_t type, hsize_t width, hsize_t chunk_rows, std::string where)
-      : width_(width), where_(std::move(where) + " " + name) {
-    const int rank = width ? 2 : 1;
-    hsize_t dims[2] = {0, width}, maxdims[2] = {H5S_UNLIMITED, width}, chunk[2] = {chunk_rows, width};
-    H5Dataspace space(HPCTRAIN_CHECK_H5(H5Screate_simple(rank, dims, maxdims), where_));
-    H5PropList dcpl(HPCTRAIN_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE), where_));
-    HPCTRAIN_CHECK_H5(H5Pset_chunk(dcpl.get(), rank, chunk), where_);
-    dset_ = H5Dataset(HPCTRAIN_CHECK_H5(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                                        where_ + ": create"));
-  }
-  void append(hid_t mem_type, const void* data, hsize_t rows) {
-    if (rows == 0) return;
-    const int rank = width_ ? 2 : 1;
-    hsize_t dims[2] = {rows_ + rows, width_};
-    HPCTRAIN_CHECK_H5(H5Dset_extent(dset_.get(), dims), where_ + ": extend");
-    H5Dataspace fspace(HPCTRAIN_CHECK_H5(H5Dget_space(dset_.get()), where_));
-    hsize_t start[2] = {rows_, 0}, count[2] = {rows, width_};
-    HPCTRAIN_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), where_);
-    H5Dataspace mspace(HPCTRAIN_CHECK_H5(H5Screate_simple(rank, count, nullptr), where_));
-    HPCTRAIN_CHECK_H5(H5Dwrite(dset_.get(), mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, data), where_ + ": write");
-    rows_ += rows;
-  }
-  hid_t get() const noexcept { return dset_.get(); }
-
- private:
-  hsize_t width_, rows_ = 0;
-  std::string where_;
-  H5Dataset dset_;
-};
 
 }  // namespace
 
@@ -95,9 +63,9 @@ CsvImportResult import_csv(const std::string& csv_path, const std::string& out_p
     H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(staged.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                                   where + ": create file"));
     const auto chunk = static_cast<hsize_t>(o.chunk_rows);
-    AppendedDataset samples(file.get(), DatasetFormat::samples, H5T_IEEE_F32LE, width, chunk, where);
+    AppendedDataset samples(file.get(), DatasetFormat::samples, H5T_IEEE_F32LE, {width}, chunk, where);
     AppendedDataset labels(file.get(), o.target ? "/targets" : DatasetFormat::labels,
-                           o.target ? H5T_IEEE_F64LE : H5T_STD_I32LE, 0, chunk, where);
+                           o.target ? H5T_IEEE_F64LE : H5T_STD_I32LE, {}, chunk, where);
     std::vector<float> rows;
     std::vector<double> targets;
     std::vector<std::int32_t> classes_of;
