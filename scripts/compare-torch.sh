@@ -83,7 +83,11 @@ mkdir -p "$out"
 # OpenBLAS picks its kernels by CPU model and falls back to the slow generic "Prescott"
 # kernels on CPUs newer than it knows (0.3.21 on Emerald Rapids does): name the instruction
 # set unless the caller did (hpctrain does this itself; torch's MKL does not need it).
-if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+# The sgemm bound is only a bound with the widest kernels the CPU runs, so the script picks them
+# by the CPU's flags even over an inherited OPENBLAS_CORETYPE (some images export Haswell on
+# AVX-512 machines); HPCTRAIN_KEEP_BLAS_CORETYPE=1 keeps the inherited one.
+inherited_coretype=${OPENBLAS_CORETYPE:-}
+if [[ -z $inherited_coretype || -z ${HPCTRAIN_KEEP_BLAS_CORETYPE:-} ]]; then
   if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
   elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell
   fi
@@ -108,7 +112,7 @@ test=$fashion_test
   echo "host: $(hostname), $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   echo "hpctrain: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo '+changes')"
   echo "torch: $("$python" -c 'import torch; print(torch.__version__)')"
-  echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}; hpctrain configs: $hpctrain_configs; torch configs: $torch_configs"
+  echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} (inherited: ${inherited_coretype:-none}); hpctrain configs: $hpctrain_configs; torch configs: $torch_configs"
   echo "mlp: $mlp_epochs epochs; cnn: $cnn_epochs epochs, max steps $cnn_max_steps; warm-up $warmup steps; repeats $repeats"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/environment.txt"
