@@ -28,8 +28,8 @@ Prefetcher::Prefetcher(const SampleSource& reader, EpochPlan plan, std::int64_t 
       plan_(std::move(plan)),
       epoch_(epoch),
       start_batch_(start_batch),
-      depth_(depth) {
-  HPCTRAIN_REQUIRE(depth_ >= 1, "Prefetcher: depth must be at least 1 batch");
+      depth_(depth),
+      next_batch_(start_batch) {
   HPCTRAIN_REQUIRE(epoch_ >= 0, fmt::format("Prefetcher: epoch {} is negative", epoch_));
   HPCTRAIN_REQUIRE(start_batch_ >= 0 && start_batch_ <= plan_.batches_per_epoch(),
                    fmt::format("Prefetcher: start batch {} is not in [0, {}]", start_batch_,
@@ -38,7 +38,7 @@ Prefetcher::Prefetcher(const SampleSource& reader, EpochPlan plan, std::int64_t 
                    fmt::format("data set '{}': the epoch plan is for {} samples but the file "
                                "holds {}",
                                reader_.info().path, plan_.count(), reader_.info().count));
-  thread_ = std::thread([this] { run(); });
+  if (depth_ > 0) thread_ = std::thread([this] { run(); });
 }
 
 Prefetcher::~Prefetcher() {
@@ -80,6 +80,10 @@ void Prefetcher::run() noexcept {
 }
 
 std::optional<Batch> Prefetcher::next() {
+  if (depth_ == 0) {  // synchronous: read on the caller's thread
+    if (next_batch_ >= plan_.batches_per_epoch()) return std::nullopt;
+    return read_batch(reader_, plan_, epoch_, next_batch_++);
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   ready_.wait(lock, [this] { return !queue_.empty() || finished_; });
   if (!queue_.empty()) {

@@ -156,6 +156,7 @@ struct TrainingLoop {
   const TrainOptions& o;
   coll::Communicator& comm;
   const io::SampleSource& reader;
+  std::size_t prefetch_depth;  ///< 0 (read in the loop) when the data is in memory
   const std::optional<io::DatasetReader>& eval_reader;
   models::Sequential<float>& model;
   const io::EpochPlan& plan;
@@ -176,7 +177,7 @@ struct TrainingLoop {
     }
     for (std::int64_t epoch = start.epoch; epoch < o.epochs && step < schedule.total_steps; ++epoch) {
       std::int64_t batch = epoch == start.epoch ? start.next_batch : 0;
-      io::Prefetcher prefetch(reader, plan, epoch, batch, o.prefetch_depth);
+      io::Prefetcher prefetch(reader, plan, epoch, batch, prefetch_depth);
       while (batch < plan.batches_per_epoch() && step < schedule.total_steps) {
         batch = train_step(prefetch, epoch, batch);
         result.preempted = checkpoints.after_step(step, schedule.total_steps, epoch, batch, model, optimizer);
@@ -331,7 +332,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
                                     (plan.batches_per_epoch() + o.accumulate - 1) / o.accumulate, gradient_buckets,
                                     blas_override.threads(), in_memory.has_value()});
 
-  TrainingLoop loop{o, comm, train_source, eval_reader, *model, plan, *sync, *optimizer, schedule, timeline,
+  TrainingLoop loop{o, comm, train_source, in_memory ? 0 : o.prefetch_depth, eval_reader, *model, plan, *sync, *optimizer, schedule, timeline,
                     checkpoints, report, start.step, ThroughputMeter(start.step, o.warmup_steps_for_throughput),
                     TimeTotals{}, TrainResult{}};
   loop.result.resumed_from = start.path;

@@ -36,7 +36,9 @@ Batch read_batch(const SampleSource& reader, const EpochPlan& plan, std::int64_t
                  std::int64_t batch);
 
 /// Reads batches [start_batch, plan.batches_per_epoch()) of `epoch` on a background thread,
-/// at most `depth` batches ahead of the consumer.
+/// at most `depth` batches ahead of the consumer; depth 0 reads each batch in next(), on the
+/// caller's thread (for a source in memory, where a copy costs less than handing a batch
+/// between threads that share a core).
 ///
 /// Memory: the queue never holds more than `depth` batches, and the thread starts reading a
 /// batch only when there is room for it, so at most depth + 1 batches exist at once (the queue
@@ -69,6 +71,7 @@ class Prefetcher {
   std::int64_t epoch_;
   std::int64_t start_batch_;
   std::size_t depth_;
+  std::int64_t next_batch_;  ///< depth 0: the batch next() reads
 
   mutable std::mutex mutex_;
   std::condition_variable room_;   // signalled when the consumer takes a batch or stop is set
