@@ -59,7 +59,33 @@ template <class T>
 void accumulate_column_sums(const Matrix<T>& dy, const Vec<T>& db) {
   const auto rows = static_cast<std::int64_t>(dy.extent(0));
   const auto cols = static_cast<std::int64_t>(dy.extent(1));
-  accumulate_strided_sums("hpctrain::accumulate_column_sums", dy, cols, rows, 1, cols, db);
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(db.extent(0)) == cols,
+                   "hpctrain::accumulate_column_sums: size mismatch");
+  // Blocks of kWidth columns, rows in order inside a block: each column's sum still adds its
+  // rows first to last (the same bits as one column at a time), but the inner loop runs along
+  // a row's contiguous columns, so it vectorises instead of striding (the strided form was 3 %
+  // of an MLP step in perf; the bias gradients of the dense layers).
+  constexpr std::int64_t kWidth = 16;
+  const T* const d = dy.data();
+  Kokkos::parallel_for(
+      "hpctrain::accumulate_column_sums", Range(0, (cols + kWidth - 1) / kWidth),
+      KOKKOS_LAMBDA(const std::int64_t block) {
+        const std::int64_t c0 = block * kWidth;
+        const std::int64_t w = cols - c0 < kWidth ? cols - c0 : kWidth;
+        T s[kWidth] = {};
+        if (w == kWidth) {
+          for (std::int64_t i = 0; i < rows; ++i) {
+            const T* r = d + i * cols + c0;
+            for (std::int64_t j = 0; j < kWidth; ++j) s[j] += r[j];
+          }
+        } else {
+          for (std::int64_t i = 0; i < rows; ++i) {
+            const T* r = d + i * cols + c0;
+            for (std::int64_t j = 0; j < w; ++j) s[j] += r[j];
+          }
+        }
+        for (std::int64_t j = 0; j < w; ++j) db(c0 + j) += s[j];
+      });
 }
 
 template <class T>
