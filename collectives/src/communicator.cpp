@@ -14,7 +14,7 @@
 
 #include "algorithms.hpp"
 #include "progress_engine.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "reduce.hpp"
 #include "vendor_call_watchdog.hpp"
 

@@ -9,17 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "hpctrain/base/mpi_error.hpp"
 #include "hpctrain/collectives/transport.hpp"
 
 namespace hpctrain::coll::detail {
 
-/// MPI is initialised and not yet finalised (handles may only be freed then).
-inline bool mpi_is_up() noexcept {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
+using ::hpctrain::mpi_is_up;
 
 /// Owns an MPI communicator; frees it only while MPI is up. Movable, the source nulled; the
 /// destructor never throws.

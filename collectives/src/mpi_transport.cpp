@@ -4,20 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "mpi_comm_handle.hpp"
 #include "reduce.hpp"
-
-namespace hpctrain {
-
-std::string mpi_error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<std::size_t>(length));
-}
-
-}  // namespace hpctrain
 
 namespace hpctrain::coll {
 

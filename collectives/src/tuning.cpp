@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::coll {
 

@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "mpi_comm_handle.hpp"
 

@@ -36,8 +36,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"  // HPCTRAIN_CHECK_MPI
 #include "hpctrain/collectives/reduce.hpp"
 #include "hpctrain/collectives/transport.hpp"

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/loopback_transport.hpp"
 #include "loopback_ranks.hpp"
 #include "shm_stress.hpp"

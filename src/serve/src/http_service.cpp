@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/serve/model_server.hpp"
 #include "hpctrain/serve/request_parsing.hpp"
 #include "hpctrain/train/preemption.hpp"

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 
 namespace hpctrain::sweep {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::train {
 
