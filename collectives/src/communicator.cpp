@@ -174,17 +174,10 @@ namespace detail {
 
 void point_to_point_allreduce(CollContext& ctx, Algorithm algo, const void* send, void* recv, std::size_t count,
                               DataType type, ReduceOp op) {
-  const std::size_t bytes = count * size_of(type);
   switch (algo) {
     case Algorithm::ring: ring_allreduce(ctx, send, recv, count, type, op); break;
-    case Algorithm::tree:
-      if (send != recv && bytes) std::memcpy(recv, send, bytes);
-      tree_allreduce(ctx, recv, count, type, op);
-      break;
-    case Algorithm::recursive_doubling:
-      if (send != recv && bytes) std::memcpy(recv, send, bytes);
-      recursive_doubling_allreduce(ctx, recv, count, type, op);
-      break;
+    case Algorithm::tree: tree_allreduce(ctx, send, recv, count, type, op); break;
+    case Algorithm::recursive_doubling: recursive_doubling_allreduce(ctx, send, recv, count, type, op); break;
     case Algorithm::rabenseifner: rabenseifner_allreduce(ctx, send, recv, count, type, op); break;
     default: HPCTRAIN_FAIL("point_to_point_allreduce: '" + std::string(to_string(algo)) + "' is not a point-to-point algorithm");
   }
