@@ -1,6 +1,6 @@
 #pragma once
 // The algorithms, each written once against Transport. One file per algorithm; the single
-// dispatch point is communicator.cpp.
+// dispatch point is dispatch.cpp.
 
 #include <cstddef>
 #include <cstdint>
@@ -92,7 +92,7 @@ void rabenseifner_allreduce(CollContext& ctx, const void* send, void* recv, std:
                             DataType type, ReduceOp op);
 /// The dispatch of the point-to-point algorithms (ring, tree, recursive doubling, Rabenseifner),
 /// `send` == `recv` in place; used by Communicator and by the hierarchical algorithm's
-/// inter-node step. Defined in communicator.cpp, the one dispatch point.
+/// inter-node step. Defined in dispatch.cpp, the one dispatch point.
 void point_to_point_allreduce(CollContext& ctx, Algorithm algo, const void* send, void* recv, std::size_t count,
                               DataType type, ReduceOp op);
 
