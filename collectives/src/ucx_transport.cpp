@@ -72,15 +72,19 @@ using detail::mpi_is_up;
 
 // ---- RAII UCX handles (UniqueHandle; UCX has no global finalisation, so it is always up) ----
 
-/// UniqueHandle traits of a ucp_context_h (ucp_cleanup).
-struct UcpContextTraits {
-  using handle_type = ucp_context_h;
+/// UniqueHandle traits of a UCX object released by `Release` alone (a context, a worker).
+template <class Handle, void (*Release)(Handle)>
+struct UcpTraits {
+  using handle_type = Handle;
   static handle_type null() noexcept { return nullptr; }
   static bool is_null(handle_type h) noexcept { return h == nullptr; }
   static bool library_up() noexcept { return true; }
-  static void free(handle_type h) noexcept { ucp_cleanup(h); }
+  static void free(handle_type h) noexcept { Release(h); }
 };
-using UcpContext = UniqueHandle<UcpContextTraits>;
+/// A ucp_context_h (ucp_cleanup).
+using UcpContext = UniqueHandle<UcpTraits<ucp_context_h, &ucp_cleanup>>;
+/// A ucp_worker_h (ucp_worker_destroy; endpoints still open are released with it).
+using UcpWorker = UniqueHandle<UcpTraits<ucp_worker_h, &ucp_worker_destroy>>;
 
 /// A UCP context with the tag feature, sized for `estimated_endpoints` peers.
 UcpContext make_ucp_context(std::size_t estimated_endpoints) {
@@ -99,17 +103,6 @@ UcpContext make_ucp_context(std::size_t estimated_endpoints) {
   HPCTRAIN_CHECK_UCX(status, "UCX initialisation (ucp_init with the tag feature; check UCX_TLS)");
   return UcpContext(context);
 }
-
-/// UniqueHandle traits of a ucp_worker_h (ucp_worker_destroy; endpoints still open are released
-/// with it).
-struct UcpWorkerTraits {
-  using handle_type = ucp_worker_h;
-  static handle_type null() noexcept { return nullptr; }
-  static bool is_null(handle_type h) noexcept { return h == nullptr; }
-  static bool library_up() noexcept { return true; }
-  static void free(handle_type h) noexcept { ucp_worker_destroy(h); }
-};
-using UcpWorker = UniqueHandle<UcpWorkerTraits>;
 
 UcpWorker make_ucp_worker(ucp_context_h context) {
   ucp_worker_params_t params{};
