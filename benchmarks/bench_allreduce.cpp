@@ -44,8 +44,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/collectives/transport_factory.hpp"
 #include "mpi_benchmark.hpp"

@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/tensor.hpp"
 #include "hpctrain/io/checkpoint.hpp"

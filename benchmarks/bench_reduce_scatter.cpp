@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "mpi_benchmark.hpp"
 

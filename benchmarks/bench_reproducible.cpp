@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 #include "mpi_benchmark.hpp"

@@ -67,8 +67,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/io/fashion_mnist_cache.hpp"

@@ -1,4 +1,4 @@
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/models/layers.hpp"
 

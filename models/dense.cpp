@@ -1,4 +1,4 @@
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/gemm.hpp"
 #include "hpctrain/models/layers.hpp"
 

@@ -1,6 +1,6 @@
 #include "hpctrain/models/layer.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::models {
 

@@ -1,6 +1,6 @@
 #include "hpctrain/models/registry.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/models/layers.hpp"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 #include "hpctrain/models/sequential.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/elementwise.hpp"
 
 #include <sstream>

@@ -1,6 +1,6 @@
 #pragma once
 // The algorithms, each written once against Transport. One file per algorithm; the single
-// dispatch point is Communicator (communicator.cpp).
+// dispatch point is dispatch.cpp.
 
 #include <cstddef>
 #include <cstdint>
@@ -77,21 +77,22 @@ void hierarchical_allreduce(CollContext& ctx, NodeGroup& node, const void* send,
 /// Balanced partition of `count` elements into `parts` contiguous blocks: offsets[0..parts].
 std::vector<std::size_t> balanced_offsets(std::size_t count, int parts);
 
-// All-reduce (op is never avg here: the dispatcher scales). The ring reads `send` and writes
-// `recv` (send == recv is in place); the tree works in place on `buf`.
+// All-reduce (op is never avg here: the dispatcher scales). Every algorithm reads `send` and
+// writes `recv` (send == recv is in place); none copies the input into the output first: the
+// first step reads `send` where it lies.
 void ring_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count, DataType type,
                     ReduceOp op);
-void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op);
-/// In place on `buf`; any rank count (non-powers of two as in Thakur, Rabenseifner & Gropp 2005).
-void recursive_doubling_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type,
-                                  ReduceOp op);
-/// Reads `send`, writes `recv` (send == recv is in place), as the ring: the input is never
-/// copied into the output first. Any rank count, as recursive_doubling_allreduce.
+void tree_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count, DataType type,
+                    ReduceOp op);
+/// Any rank count (non-powers of two as in Thakur, Rabenseifner & Gropp 2005).
+void recursive_doubling_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count,
+                                  DataType type, ReduceOp op);
+/// Any rank count, as recursive_doubling_allreduce.
 void rabenseifner_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count,
                             DataType type, ReduceOp op);
 /// The dispatch of the point-to-point algorithms (ring, tree, recursive doubling, Rabenseifner),
 /// `send` == `recv` in place; used by Communicator and by the hierarchical algorithm's
-/// inter-node step. Defined in communicator.cpp, the one dispatch point.
+/// inter-node step. Defined in dispatch.cpp, the one dispatch point.
 void point_to_point_allreduce(CollContext& ctx, Algorithm algo, const void* send, void* recv, std::size_t count,
                               DataType type, ReduceOp op);
 

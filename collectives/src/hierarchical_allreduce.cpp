@@ -30,7 +30,7 @@
 // NodeGroup::inter_sequence), so their latency is paid ⌈n/s⌉ times.
 
 #include "algorithms.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::coll::detail {
 

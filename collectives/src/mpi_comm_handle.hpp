@@ -1,49 +1,24 @@
 #pragma once
-// RAII for MPI communicators, shared by the MPI and UCX transports.
+// MPI pieces shared by the MPI and UCX transports: the communicator handle, the node map and
+// node shared memory.
 
 #include <mpi.h>
 
 #include <cstddef>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "hpctrain/base/mpi_error.hpp"
+#include "hpctrain/base/mpi_handle.hpp"
 #include "hpctrain/collectives/transport.hpp"
 
 namespace hpctrain::coll::detail {
 
-/// MPI is initialised and not yet finalised (handles may only be freed then).
-inline bool mpi_is_up() noexcept {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
+using ::hpctrain::mpi_is_up;
 
-/// Owns an MPI communicator; frees it only while MPI is up. Movable, the source nulled; the
-/// destructor never throws.
-class CommHandle {
- public:
-  explicit CommHandle(MPI_Comm comm = MPI_COMM_NULL) noexcept : comm_(comm) {}
-  ~CommHandle() {
-    if (comm_ != MPI_COMM_NULL && mpi_is_up()) MPI_Comm_free(&comm_);
-  }
-  CommHandle(CommHandle&& o) noexcept : comm_(std::exchange(o.comm_, MPI_COMM_NULL)) {}
-  CommHandle& operator=(CommHandle&& o) noexcept {
-    if (this != &o) {
-      CommHandle old(std::move(*this));
-      comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
-    }
-    return *this;
-  }
-  CommHandle(const CommHandle&) = delete;
-  CommHandle& operator=(const CommHandle&) = delete;
-  MPI_Comm get() const noexcept { return comm_; }
-
- private:
-  MPI_Comm comm_;
-};
+/// Owns an MPI communicator; frees it only while MPI is up (hpctrain/base/mpi_handle.hpp).
+using CommHandle = ::hpctrain::MpiCommHandle;
 
 /// Transport::shared_memory_domains for the ranks of `comm` (MPI_Comm_split_type with
 /// MPI_COMM_TYPE_SHARED; the domain is the lowest rank of `comm` on the same machine).

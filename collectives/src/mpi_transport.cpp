@@ -4,20 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "mpi_comm_handle.hpp"
 #include "reduce.hpp"
-
-namespace hpctrain {
-
-std::string mpi_error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<std::size_t>(length));
-}
-
-}  // namespace hpctrain
 
 namespace hpctrain::coll {
 
@@ -83,10 +72,9 @@ MPI_Op mpi_op(DataType t, ReduceOp op) {
 /// non-movable (held by unique_ptr); the destructor frees only while MPI is up, never throws.
 class MpiSharedSegments final : public SharedSegments {
  public:
-  MpiSharedSegments(MPI_Comm comm, std::size_t bytes_per_rank) : bytes_(bytes_per_rank) {
-    MPI_Comm dup = MPI_COMM_NULL;
-    HPCTRAIN_CHECK_MPI(MPI_Comm_dup(comm, &dup));
-    comm_ = CommHandle(dup);
+  MpiSharedSegments(MPI_Comm comm, std::size_t bytes_per_rank)
+      : comm_(duplicate_comm(comm)), bytes_(bytes_per_rank) {
+    MPI_Comm dup = comm_.get();
     int size = 0;
     HPCTRAIN_CHECK_MPI(MPI_Comm_size(dup, &size));
     // Page-rounded segments: each starts page-aligned, and with alloc_shared_noncontig each
@@ -229,11 +217,9 @@ class MpiTransport final : public Transport {
   }
 
  private:
-  static MPI_Comm duplicate(MPI_Comm parent) {
+  static CommHandle duplicate(MPI_Comm parent) {
     HPCTRAIN_REQUIRE(mpi_is_up(), "MpiTransport: MPI is not initialised (or already finalised)");
-    MPI_Comm dup = MPI_COMM_NULL;
-    HPCTRAIN_CHECK_MPI(MPI_Comm_dup(parent, &dup));
-    return dup;
+    return duplicate_comm(parent);
   }
   void check(std::size_t bytes, int peer, Tag tag, const char* what) const {
     HPCTRAIN_REQUIRE(peer >= 0 && peer < size_, std::string(what) + ": peer " + std::to_string(peer) +

@@ -2,7 +2,7 @@
 
 #include "progress_engine.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::coll {
 

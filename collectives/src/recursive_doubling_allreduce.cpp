@@ -14,9 +14,11 @@
 // (lg p' + 1)·n·γ. Latency-optimal (no all-reduce needs fewer than ⌈lg p⌉ steps), but every step
 // moves the whole vector, lg p times the ring's bandwidth term at large p: for small messages.
 //
-// Memory: one vector of scratch. The exchange receives into whichever of {buf, scratch} does not
-// hold the current partial result, and the upper partner's result lands in the received buffer,
-// so no step copies; at most one copy back into `buf` at the end.
+// Memory: one vector of scratch. The first step reads `send` where it lies (the first reduction
+// writes its result into `recv` or the scratch), so the input is never copied into the output
+// first. Each exchange receives into whichever of {recv, scratch} does not hold the current
+// partial result, and the upper partner's result lands in the received buffer, so no step
+// copies; at most one copy into `recv` at the end.
 
 #include <array>
 #include <cstring>
@@ -35,48 +37,61 @@ constexpr Tag kUnfoldTag = 3;    // 2i+1 -> 2i: the result
 
 }  // namespace
 
-void recursive_doubling_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type,
-                                  ReduceOp op) {
+void recursive_doubling_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count,
+                                  DataType type, ReduceOp op) {
   Transport& t = ctx.transport;
   const int p = t.size(), rank = t.rank();
-  if (p == 1 || count == 0) return;
   const std::size_t bytes = count * size_of(type);
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* data = static_cast<std::byte*>(recv);
+  if (p == 1 || count == 0) {
+    if (in != data && bytes) std::memcpy(data, in, bytes);
+    return;
+  }
   const PowerOfTwoFold fold(rank, p);
-  auto* data = static_cast<std::byte*>(buf);
 
   if (fold.newrank < 0) {  // even rank of a folded pair: hand over, wait for the result
-    Request send = t.isend(data, bytes, rank + 1, ctx.base_tag | kFoldTag);
-    wait_all(t, &send, 1, ctx.policy);  // `data` is then free to receive into
-    Request recv = t.irecv(data, bytes, rank + 1, ctx.base_tag | kUnfoldTag);
-    wait_all(t, &recv, 1, ctx.policy);
+    Request handed = t.isend(in, bytes, rank + 1, ctx.base_tag | kFoldTag);
+    wait_all(t, &handed, 1, ctx.policy);  // `data` is then free to receive into (when in place)
+    Request result = t.irecv(data, bytes, rank + 1, ctx.base_tag | kUnfoldTag);
+    wait_all(t, &result, 1, ctx.policy);
     return;
   }
 
-  std::byte* current = data;                   // holds this rank's partial result
-  std::byte* other = ctx.scratch_bytes(bytes);  // receives the partner's
+  std::byte* scratch = ctx.scratch_bytes(bytes);
+  // The partial result: `send` until the first reduction, then `data` or `scratch`. Each
+  // exchange receives into the one of those two that does not hold it.
+  const std::byte* current = in;
+  auto incoming_buffer = [&] { return current == scratch ? data : scratch; };
   if (fold.folded(rank)) {
-    Request recv = t.irecv(other, bytes, rank - 1, ctx.base_tag | kFoldTag);
-    wait_all(t, &recv, 1, ctx.policy);
+    std::byte* other = incoming_buffer();
+    Request handed = t.irecv(other, bytes, rank - 1, ctx.base_tag | kFoldTag);
+    wait_all(t, &handed, 1, ctx.policy);
     reduce_into(other, current, count, type, op);  // lower rank's vector first
-    std::swap(current, other);
+    current = other;
   }
   const Tag tag = ctx.base_tag | kExchangeTag;
   for (int mask = 1; mask < fold.pof2; mask <<= 1) {
     const int partner = fold.newrank ^ mask;
     const int peer = fold.rank_of(partner);
+    std::byte* other = incoming_buffer();
     std::array<Request, 2> reqs = {t.irecv(other, bytes, peer, tag), t.isend(current, bytes, peer, tag)};
     wait_all(t, reqs.data(), reqs.size(), ctx.policy);
     if (fold.newrank < partner) {
-      reduce_into(current, other, count, type, op);
+      // op(mine, theirs) into `data` (in place when `current` is already `data` or `scratch`:
+      // reduce_to with out == a is reduce_into).
+      std::byte* out = current == in && in != data ? data : const_cast<std::byte*>(current);
+      reduce_to(out, current, other, count, type, op);
+      current = out;
     } else {
       reduce_into(other, current, count, type, op);
-      std::swap(current, other);
+      current = other;
     }
   }
   if (fold.folded(rank)) {  // the result goes back to the rank that sat out
-    Request send = t.isend(current, bytes, rank - 1, ctx.base_tag | kUnfoldTag);
+    Request result = t.isend(current, bytes, rank - 1, ctx.base_tag | kUnfoldTag);
     if (current != data) std::memcpy(data, current, bytes);  // overlaps the send
-    wait_all(t, &send, 1, ctx.policy);
+    wait_all(t, &result, 1, ctx.policy);
   } else if (current != data) {
     std::memcpy(data, current, bytes);
   }

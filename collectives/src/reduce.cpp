@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::coll::detail {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <type_traits>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 
 namespace hpctrain::coll {
 

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "algorithms.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "progress_wait.hpp"
 #include "reduce.hpp"
 

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <thread>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "progress_wait.hpp"
 
 namespace hpctrain::coll {

@@ -1,6 +1,6 @@
 #include "hpctrain/collectives/transport_factory.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/collectives/ucx_transport.hpp"
 

@@ -15,6 +15,10 @@
 // children and passes it up while segment k+1 is still arriving; the root turns segments
 // around as soon as they are reduced. Cost ≈ 2 lg p · α·(segments) + 2n·β... with the
 // pipeline hiding the depth: time ≈ (2 lg p + n/seg) · (α + seg·β).
+//
+// Input and output: both schedules read `send` until their first reduction of a vector (or
+// segment) writes the partial result into `recv`; a leaf passes its input up as it lies and
+// receives the result into `recv`. So the input is never copied into the output first.
 
 #include <algorithm>
 #include <array>
@@ -23,7 +27,7 @@
 #include <string>
 
 #include "algorithms.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "progress_wait.hpp"
 #include "reduce.hpp"
 
@@ -45,8 +49,9 @@ constexpr Tag kTreeDownTag[2] = {18, 19};
 /// reduce, then each roots the broadcast of its half: 2⌈lg p⌉-1 message steps instead of
 /// 2⌈lg p⌉, which at p = 2 is one exchange instead of a round trip. Both compute
 /// op(lower half, upper half), so they hold the same bits even for min/max with NaN or ±0.
-void binomial_allreduce(CollContext& ctx, std::byte* data, std::size_t count, DataType type,
-                        ReduceOp op) {
+/// `in` is read until the first reduction writes the partial result into `data`.
+void binomial_allreduce(CollContext& ctx, const std::byte* in, std::byte* data, std::size_t count,
+                        DataType type, ReduceOp op) {
   Transport& t = ctx.transport;
   const int p = t.size(), r = t.rank();
   const std::size_t bytes = count * size_of(type);
@@ -55,12 +60,13 @@ void binomial_allreduce(CollContext& ctx, std::byte* data, std::size_t count, Da
   int top = 1;
   while (top * 2 < p) top *= 2;
   std::byte* incoming = ctx.scratch_bytes(bytes);
+  const std::byte* partial = in;  // this rank's partial result: `in`, then `data`
 
   // Reduce within [0, top) towards 0 and within [top, p) towards top.
   bool sent_up = false;
   for (int mask = 1; mask < top; mask <<= 1) {
     if (r & mask) {  // pass the partial result to the parent; the result comes back down
-      Request req = t.isend(data, bytes, r - mask, reduce_tag);
+      Request req = t.isend(partial, bytes, r - mask, reduce_tag);
       wait_all(t, &req, 1, ctx.policy);
       sent_up = true;
       break;
@@ -68,19 +74,20 @@ void binomial_allreduce(CollContext& ctx, std::byte* data, std::size_t count, Da
     if (r + mask < p) {
       Request req = t.irecv(incoming, bytes, r + mask, reduce_tag);
       wait_all(t, &req, 1, ctx.policy);
-      reduce_into(data, incoming, count, type, op);
+      reduce_to(data, partial, incoming, count, type, op);  // reduce_into when partial == data
+      partial = data;
     }
   }
   int low = top;  // children of this rank in the broadcast: r + m for m < low
   if (!sent_up) {  // r is 0 or top: exchange the two halves' partials
     const int partner = r == 0 ? top : 0;
     std::array<Request, 2> reqs = {t.irecv(incoming, bytes, partner, reduce_tag),
-                                   t.isend(data, bytes, partner, reduce_tag)};
+                                   t.isend(partial, bytes, partner, reduce_tag)};
     wait_all(t, reqs.data(), reqs.size(), ctx.policy);
     if (r == 0) {
-      reduce_into(data, incoming, count, type, op);
+      reduce_to(data, partial, incoming, count, type, op);
     } else {
-      reduce_into(incoming, data, count, type, op);  // lower ⊕ upper, as on rank 0
+      reduce_into(incoming, partial, count, type, op);  // lower ⊕ upper, as on rank 0
       std::memcpy(data, incoming, bytes);
     }
   } else {
@@ -152,14 +159,15 @@ TreeNode tree_of(int which, int r, int p) {
 /// The pipelined up/down schedule of one half along one tree, driven by poll() calls.
 class TreePipeline {
  public:
-  TreePipeline(CollContext& ctx, int which, std::byte* data, std::size_t begin, std::size_t end,
-               DataType type, ReduceOp op, std::byte* scratch, std::size_t window)
+  TreePipeline(CollContext& ctx, int which, const std::byte* in, std::byte* data, std::size_t begin,
+               std::size_t end, DataType type, ReduceOp op, std::byte* scratch, std::size_t window)
       : t_(ctx.transport),
         node_(tree_of(which, ctx.transport.rank(), ctx.transport.size())),
         up_tag_(ctx.base_tag | kTreeUpTag[which]),
         down_tag_(ctx.base_tag | kTreeDownTag[which]),
         elem_(size_of(type)),
         seg_(std::max<std::size_t>(1, ctx.tuning.tree_segment_bytes / size_of(type))),
+        in_(in),
         data_(data),
         begin_(begin),
         segments_(end > begin ? (end - begin + seg_ - 1) / seg_ : 0),
@@ -196,7 +204,8 @@ class TreePipeline {
       }
       progress = true;
     }
-    // 2. Reduce the next segment once all its children's parts are in; pass it on.
+    // 2. Reduce the next segment once all its children's parts are in (the first reduction reads
+    //    the input segment, so a leaf sends its input as it lies); pass it on.
     while (reduced_ < segments_ && (children == 0 || reduced_ < up_posted_)) {
       const std::size_t k = reduced_, slot = k % window_;
       bool ready = true;
@@ -204,11 +213,14 @@ class TreePipeline {
         if (node_.children[c] >= 0 && !t_.test(child_recv_[slot * 2 + c])) ready = false;
       }
       if (!ready) break;
+      const std::byte* partial = input_segment(k);
       for (int c = 0; c < 2; ++c) {
-        if (node_.children[c] >= 0) reduce_into(segment(k), scratch(slot, c), length(k), type_, op_);
+        if (node_.children[c] < 0) continue;
+        reduce_to(segment(k), partial, scratch(slot, c), length(k), type_, op_);  // in place after the first
+        partial = segment(k);
       }
       if (node_.parent >= 0) {
-        up_send_.push_back(t_.isend(segment(k), length(k) * elem_, node_.parent, up_tag_));
+        up_send_.push_back(t_.isend(partial, length(k) * elem_, node_.parent, up_tag_));
       } else {
         send_down(k);  // the root turns the segment around at once
         ++down_done_;
@@ -249,6 +261,7 @@ class TreePipeline {
 
  private:
   std::byte* segment(std::size_t k) const { return data_ + (begin_ + k * seg_) * elem_; }
+  const std::byte* input_segment(std::size_t k) const { return in_ + (begin_ + k * seg_) * elem_; }
   std::size_t length(std::size_t k) const { return std::min(seg_, end_ - (begin_ + k * seg_)); }
   std::byte* scratch(std::size_t slot, int child) const { return scratch_ + (slot * 2 + child) * seg_ * elem_; }
   void send_down(std::size_t k) {
@@ -263,6 +276,7 @@ class TreePipeline {
   TreeNode node_;
   Tag up_tag_, down_tag_;
   std::size_t elem_, seg_;
+  const std::byte* in_;  ///< the caller's input (may be data_): read by a segment's first step
   std::byte* data_;
   std::size_t begin_, segments_, end_;
   DataType type_;
@@ -275,13 +289,14 @@ class TreePipeline {
   std::size_t up_posted_ = 0, reduced_ = 0, down_posted_ = 0, down_done_ = 0;
 };
 
-void double_binary_tree(CollContext& ctx, std::byte* data, std::size_t count, DataType type, ReduceOp op) {
+void double_binary_tree(CollContext& ctx, const std::byte* in, std::byte* data, std::size_t count, DataType type,
+                        ReduceOp op) {
   constexpr std::size_t window = 4;  // segments in flight per child: enough to cover α
   const std::size_t per_tree = TreePipeline::scratch_bytes(ctx.tuning, type, window);
   std::byte* scratch = ctx.scratch_bytes(2 * per_tree);
   const std::size_t half = count / 2;
-  TreePipeline a(ctx, 0, data, 0, half, type, op, scratch, window);
-  TreePipeline b(ctx, 1, data, half, count, type, op, scratch + per_tree, window);
+  TreePipeline a(ctx, 0, in, data, 0, half, type, op, scratch, window);
+  TreePipeline b(ctx, 1, in, data, half, count, type, op, scratch + per_tree, window);
   SpinWait spin(ctx.policy);
   while (!(a.finished() && b.finished())) {
     const bool progressed_a = a.poll();
@@ -306,14 +321,20 @@ void binomial_broadcast(CollContext& ctx, void* buf, std::size_t bytes, int root
   binomial_broadcast_tagged(ctx, buf, bytes, root, ctx.base_tag | kBinomialBcastTag);
 }
 
-void tree_allreduce(CollContext& ctx, void* buf, std::size_t count, DataType type, ReduceOp op) {
-  if (ctx.transport.size() == 1 || count == 0) return;
-  auto* data = static_cast<std::byte*>(buf);
-  if (count * size_of(type) <= ctx.tuning.tree_binomial_max_bytes) {
-    binomial_allreduce(ctx, data, count, type, op);
+void tree_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count, DataType type,
+                    ReduceOp op) {
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* data = static_cast<std::byte*>(recv);
+  const std::size_t bytes = count * size_of(type);
+  if (ctx.transport.size() == 1 || count == 0) {
+    if (in != data && bytes) std::memcpy(data, in, bytes);
     return;
   }
-  double_binary_tree(ctx, data, count, type, op);
+  if (bytes <= ctx.tuning.tree_binomial_max_bytes) {
+    binomial_allreduce(ctx, in, data, count, type, op);
+    return;
+  }
+  double_binary_tree(ctx, in, data, count, type, op);
 }
 
 void dissemination_barrier(CollContext& ctx) {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::coll {
 

@@ -48,7 +48,8 @@
 #include <utility>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
+#include "hpctrain/base/unique_handle.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "mpi_comm_handle.hpp"
 
@@ -69,129 +70,96 @@ namespace {
 using detail::CommHandle;
 using detail::mpi_is_up;
 
+// ---- RAII UCX handles (UniqueHandle; UCX has no global finalisation, so it is always up) ----
+
+/// UniqueHandle traits of a UCX object released by `Release` alone (a context, a worker).
+template <class Handle, void (*Release)(Handle)>
+struct UcpTraits {
+  using handle_type = Handle;
+  static handle_type null() noexcept { return nullptr; }
+  static bool is_null(handle_type h) noexcept { return h == nullptr; }
+  static bool library_up() noexcept { return true; }
+  static void free(handle_type h) noexcept { Release(h); }
+};
 /// A ucp_context_h (ucp_cleanup).
-class UcpContext {
- public:
-  UcpContext() = default;
-  explicit UcpContext(std::size_t estimated_endpoints) {
-    ucp_config_t* config = nullptr;
-    HPCTRAIN_CHECK_UCX(ucp_config_read(nullptr, nullptr, &config),
-                       "UCX initialisation (reading UCX_* settings)");
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
-                        UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
-    params.features = UCP_FEATURE_TAG;
-    params.mt_workers_shared = 0;
-    params.estimated_num_eps = estimated_endpoints;
-    const ucs_status_t status = ucp_init(&params, config, &context_);
-    ucp_config_release(config);
-    HPCTRAIN_CHECK_UCX(status, "UCX initialisation (ucp_init with the tag feature; check UCX_TLS)");
-  }
-  ~UcpContext() {
-    if (context_) ucp_cleanup(context_);
-  }
-  UcpContext(UcpContext&& o) noexcept : context_(std::exchange(o.context_, nullptr)) {}
-  UcpContext& operator=(UcpContext&& o) noexcept {
-    if (this != &o) {
-      UcpContext old(std::move(*this));
-      context_ = std::exchange(o.context_, nullptr);
-    }
-    return *this;
-  }
-  UcpContext(const UcpContext&) = delete;
-  UcpContext& operator=(const UcpContext&) = delete;
-  ucp_context_h get() const noexcept { return context_; }
-
- private:
-  ucp_context_h context_ = nullptr;
-};
-
+using UcpContext = UniqueHandle<UcpTraits<ucp_context_h, &ucp_cleanup>>;
 /// A ucp_worker_h (ucp_worker_destroy; endpoints still open are released with it).
-class UcpWorker {
- public:
-  UcpWorker() = default;
-  explicit UcpWorker(ucp_context_h context) {
-    ucp_worker_params_t params{};
-    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    // One thread at a time (the Communicator's progress thread or its caller), never two.
-    params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    HPCTRAIN_CHECK_UCX(ucp_worker_create(context, &params, &worker_), "UCX worker creation");
-  }
-  ~UcpWorker() {
-    if (worker_) ucp_worker_destroy(worker_);
-  }
-  UcpWorker(UcpWorker&& o) noexcept : worker_(std::exchange(o.worker_, nullptr)) {}
-  UcpWorker& operator=(UcpWorker&& o) noexcept {
-    if (this != &o) {
-      UcpWorker old(std::move(*this));
-      worker_ = std::exchange(o.worker_, nullptr);
-    }
-    return *this;
-  }
-  UcpWorker(const UcpWorker&) = delete;
-  UcpWorker& operator=(const UcpWorker&) = delete;
-  ucp_worker_h get() const noexcept { return worker_; }
+using UcpWorker = UniqueHandle<UcpTraits<ucp_worker_h, &ucp_worker_destroy>>;
 
- private:
-  ucp_worker_h worker_ = nullptr;
+/// A UCP context with the tag feature, sized for `estimated_endpoints` peers.
+UcpContext make_ucp_context(std::size_t estimated_endpoints) {
+  ucp_config_t* config = nullptr;
+  HPCTRAIN_CHECK_UCX(ucp_config_read(nullptr, nullptr, &config),
+                     "UCX initialisation (reading UCX_* settings)");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_TAG;
+  params.mt_workers_shared = 0;
+  params.estimated_num_eps = estimated_endpoints;
+  ucp_context_h context = nullptr;
+  const ucs_status_t status = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  HPCTRAIN_CHECK_UCX(status, "UCX initialisation (ucp_init with the tag feature; check UCX_TLS)");
+  return UcpContext(context);
+}
+
+UcpWorker make_ucp_worker(ucp_context_h context) {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // One thread at a time (the Communicator's progress thread or its caller), never two.
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucp_worker_h worker = nullptr;
+  HPCTRAIN_CHECK_UCX(ucp_worker_create(context, &params, &worker), "UCX worker creation");
+  return UcpWorker(worker);
+}
+
+/// UniqueHandle traits of a worker's packed address (ucp_worker_release_address).
+struct UcpAddressTraits {
+  using handle_type = ucp_address_t*;
+  ucp_worker_h worker = nullptr;
+  static handle_type null() noexcept { return nullptr; }
+  static bool is_null(handle_type h) noexcept { return h == nullptr; }
+  static bool library_up() noexcept { return true; }
+  void free(handle_type h) const noexcept { ucp_worker_release_address(worker, h); }
 };
 
-/// The packed address of a worker (ucp_worker_release_address).
-class UcpWorkerAddress {
- public:
-  explicit UcpWorkerAddress(ucp_worker_h worker) : worker_(worker) {
-    HPCTRAIN_CHECK_UCX(ucp_worker_get_address(worker, &address_, &length_), "UCX worker address query");
+/// The packed address of a worker and its length.
+struct UcpWorkerAddress {
+  explicit UcpWorkerAddress(ucp_worker_h worker) {
+    ucp_address_t* address = nullptr;
+    HPCTRAIN_CHECK_UCX(ucp_worker_get_address(worker, &address, &length), "UCX worker address query");
+    handle = UniqueHandle<UcpAddressTraits>(address, UcpAddressTraits{worker});
   }
-  ~UcpWorkerAddress() {
-    if (address_) ucp_worker_release_address(worker_, address_);
-  }
-  UcpWorkerAddress(UcpWorkerAddress&& o) noexcept
-      : worker_(o.worker_), address_(std::exchange(o.address_, nullptr)), length_(o.length_) {}
-  UcpWorkerAddress& operator=(UcpWorkerAddress&&) = delete;
-  UcpWorkerAddress(const UcpWorkerAddress&) = delete;
-  UcpWorkerAddress& operator=(const UcpWorkerAddress&) = delete;
-  const void* data() const noexcept { return address_; }
-  std::size_t size() const noexcept { return length_; }
+  const void* data() const noexcept { return handle.get(); }
+  std::size_t size() const noexcept { return length; }
 
- private:
-  ucp_worker_h worker_;
-  ucp_address_t* address_ = nullptr;
-  std::size_t length_ = 0;
+  UniqueHandle<UcpAddressTraits> handle;
+  std::size_t length = 0;
 };
 
-/// A registration of existing memory (ucp_mem_map / ucp_mem_unmap).
-class UcpMemHandle {
- public:
-  UcpMemHandle() = default;
-  /// Registers [address, address+length); on failure the handle stays empty (callers then send
-  /// without a handle and UCX registers on its own).
-  UcpMemHandle(ucp_context_h context, void* address, std::size_t length) : context_(context) {
-    ucp_mem_map_params_t params{};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = address;
-    params.length = length;
-    if (ucp_mem_map(context, &params, &memh_) != UCS_OK) memh_ = nullptr;
-  }
-  ~UcpMemHandle() {
-    if (memh_) ucp_mem_unmap(context_, memh_);
-  }
-  UcpMemHandle(UcpMemHandle&& o) noexcept : context_(o.context_), memh_(std::exchange(o.memh_, nullptr)) {}
-  UcpMemHandle& operator=(UcpMemHandle&& o) noexcept {
-    if (this != &o) {
-      UcpMemHandle old(std::move(*this));
-      context_ = o.context_;
-      memh_ = std::exchange(o.memh_, nullptr);
-    }
-    return *this;
-  }
-  UcpMemHandle(const UcpMemHandle&) = delete;
-  UcpMemHandle& operator=(const UcpMemHandle&) = delete;
-  ucp_mem_h get() const noexcept { return memh_; }
-
- private:
-  ucp_context_h context_ = nullptr;
-  ucp_mem_h memh_ = nullptr;
+/// UniqueHandle traits of a registration of existing memory (ucp_mem_map / ucp_mem_unmap).
+struct UcpMemTraits {
+  using handle_type = ucp_mem_h;
+  ucp_context_h context = nullptr;
+  static handle_type null() noexcept { return nullptr; }
+  static bool is_null(handle_type h) noexcept { return h == nullptr; }
+  static bool library_up() noexcept { return true; }
+  void free(handle_type h) const noexcept { ucp_mem_unmap(context, h); }
 };
+using UcpMemHandle = UniqueHandle<UcpMemTraits>;
+
+/// Registers [address, address+length); on failure the handle is empty (callers then send
+/// without a handle and UCX registers on its own).
+UcpMemHandle register_memory(ucp_context_h context, void* address, std::size_t length) {
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = address;
+  params.length = length;
+  ucp_mem_h memh = nullptr;
+  if (ucp_mem_map(context, &params, &memh) != UCS_OK) memh = nullptr;
+  return UcpMemHandle(memh, UcpMemTraits{context});
+}
 
 /// Progresses `worker` until `req` (a UCX request or nullptr/error) completes or `deadline`
 /// passes; frees the request. True when it completed in time.
@@ -323,8 +291,8 @@ class UcxTransport final : public Transport {
     // leave the rest in the address exchange.
     std::string failure;
     try {
-      context_ = UcpContext(static_cast<std::size_t>(size_));
-      worker_ = UcpWorker(context_.get());
+      context_ = make_ucp_context(static_cast<std::size_t>(size_));
+      worker_ = make_ucp_worker(context_.get());
     } catch (const Error& e) {
       failure = e.reason();
     }
@@ -508,11 +476,9 @@ class UcxTransport final : public Transport {
     }
   }
 
-  static MPI_Comm duplicate(MPI_Comm parent) {
+  static CommHandle duplicate(MPI_Comm parent) {
     HPCTRAIN_REQUIRE(mpi_is_up(), "UcxTransport: MPI is not initialised (or already finalised)");
-    MPI_Comm dup = MPI_COMM_NULL;
-    HPCTRAIN_CHECK_MPI(MPI_Comm_dup(parent, &dup));
-    return dup;
+    return duplicate_comm(parent);
   }
 
   void exchange_addresses() {
@@ -574,7 +540,7 @@ class UcxTransport final : public Transport {
     auto it = registrations_.find(key);
     if (it == registrations_.end()) {
       if (registrations_.size() >= tuning_.ucx_reg_max_entries) return;
-      it = registrations_.emplace(key, UcpMemHandle(context_.get(), buf, bytes)).first;
+      it = registrations_.emplace(key, register_memory(context_.get(), buf, bytes)).first;
     }
     if (it->second.get() == nullptr) return;  // registration failed once: UCX registers itself
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;

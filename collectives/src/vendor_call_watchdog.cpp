@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::coll::detail {
 

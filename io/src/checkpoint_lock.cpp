@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 
 namespace hpctrain::io {

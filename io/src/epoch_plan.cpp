@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::io {
 

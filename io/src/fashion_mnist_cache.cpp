@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/idx_import.hpp"
 
 namespace hpctrain::io {

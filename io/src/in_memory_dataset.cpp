@@ -1,6 +1,6 @@
 #include "hpctrain/io/in_memory_dataset.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "tfevents.pb.h"
 
 namespace hpctrain::io {

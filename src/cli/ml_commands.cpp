@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/ml/dataset_slice.hpp"
 #include "hpctrain/ml/feature_scaling.hpp"
 #include "hpctrain/ml/kmeans.hpp"

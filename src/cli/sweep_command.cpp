@@ -3,7 +3,7 @@
 #include <set>
 #include <sstream>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/sweep/search_space.hpp"
 #include "hpctrain/sweep/sweep.hpp"
 #include "train_options.hpp"

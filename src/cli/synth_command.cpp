@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::cli {
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/io/fashion_mnist_cache.hpp"
 

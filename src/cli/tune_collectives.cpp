@@ -36,8 +36,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hpctrain/base/error.hpp"
+#include "hpctrain/base/mpi_handle.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"  // HPCTRAIN_CHECK_MPI
 #include "hpctrain/collectives/reduce.hpp"
 #include "hpctrain/collectives/transport.hpp"
@@ -212,6 +213,7 @@ std::vector<std::size_t> parse_sizes(const std::string& list) {
 class NodeLayout {
  public:
   NodeLayout(MPI_Comm comm, int virtual_ranks_per_node) {
+    MPI_Comm node_comm = MPI_COMM_NULL;
     int rank = 0, size = 1;
     HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
     HPCTRAIN_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -220,6 +222,7 @@ class NodeLayout {
     } else {
       HPCTRAIN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
     }
+    node = MpiCommHandle(node_comm);
     int node_leader = rank;
     HPCTRAIN_CHECK_MPI(MPI_Allreduce(&rank, &node_leader, 1, MPI_INT, MPI_MIN, node_comm));
     std::vector<int> leaders(static_cast<std::size_t>(size));
@@ -231,16 +234,11 @@ class NodeLayout {
     HPCTRAIN_CHECK_MPI(MPI_Comm_size(node_comm, &node_size));
     for (int r = 0; r < size; ++r) nodes += leaders[static_cast<std::size_t>(r)] == r;
   }
-  ~NodeLayout() {
-    if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
-  }
-  NodeLayout(const NodeLayout&) = delete;
-  NodeLayout& operator=(const NodeLayout&) = delete;
 
-  MPI_Comm node_comm = MPI_COMM_NULL;  ///< the ranks of this rank's node
-  int intra_peer = -1;                 ///< first other rank on rank 0's node (-1: none)
-  int inter_peer = -1;                 ///< first rank on another node (-1: one node)
-  int node_size = 1;                   ///< ranks on this rank's node
+  MpiCommHandle node;  ///< the ranks of this rank's node
+  int intra_peer = -1;  ///< first other rank on rank 0's node (-1: none)
+  int inter_peer = -1;  ///< first rank on another node (-1: one node)
+  int node_size = 1;    ///< ranks on this rank's node
   int nodes = 0;
 };
 
@@ -450,7 +448,7 @@ int run_tune_collectives(const TuneArgs& a, MPI_Comm comm) {
   if (layout.inter_peer > 0) inter = measure_link(*transport, comm, 0, layout.inter_peer, ping_sizes, reps);
   if (layout.intra_peer < 0) intra = inter;  // one rank per node: every link crosses nodes
   if (layout.inter_peer < 0) inter = intra;  // one node
-  const LocalCosts costs = measure_local_costs(comm, layout.node_comm, a.quick);
+  const LocalCosts costs = measure_local_costs(comm, layout.node.get(), a.quick);
 
   Tuning t = base;
   t.model.alpha_intra_s = intra.alpha_s;

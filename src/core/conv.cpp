@@ -1,6 +1,6 @@
 #include "hpctrain/core/conv.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/gemm.hpp"
 

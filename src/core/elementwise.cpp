@@ -1,6 +1,6 @@
 #include "hpctrain/core/elementwise.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
 

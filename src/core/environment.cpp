@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>

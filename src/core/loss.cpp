@@ -1,6 +1,6 @@
 #include "hpctrain/core/loss.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
 
 #include <string>

@@ -1,6 +1,6 @@
 #include "hpctrain/core/tensor.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 #include <sstream>
 

@@ -15,9 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/loopback_transport.hpp"
+#include "hpctrain/collectives/string_collectives.hpp"
 #include "loopback_ranks.hpp"
 #include "shm_stress.hpp"
 #include "reference.hpp"
@@ -418,6 +419,34 @@ TEST(LoopbackCollectives, SplitGivesIndependentSubgroups) {
     if (w != ranks) ++failures;
   });
   EXPECT_EQ(failures.load(), 0u);
+}
+
+/// Rank r's string for the string-collective test: empty on some ranks, lengths that are and
+/// are not whole 8-byte words, a NUL byte inside.
+std::string string_of_rank(int r) {
+  if (r % 3 == 1) return std::string();
+  std::string s = "rank " + std::to_string(r) + std::string(static_cast<std::size_t>(r), 'x');
+  s += '\0';
+  s += "tail";
+  return s;
+}
+
+TEST(LoopbackCollectives, StringsArriveWholeThroughBroadcastAndAllgather) {
+  for (int ranks : {1, 2, 3, 5}) {
+    std::atomic<std::size_t> failures{0};
+    run_ranks(ranks, test_tuning(), [&](Communicator& comm) {
+      const std::string mine = string_of_rank(comm.rank());
+      if (broadcast_string(comm, mine) != string_of_rank(0)) ++failures;
+      const std::vector<std::string> all = allgather_strings(comm, mine);
+      if (all.size() != static_cast<std::size_t>(ranks)) ++failures;
+      for (int r = 0; r < ranks && r < static_cast<int>(all.size()); ++r)
+        if (all[static_cast<std::size_t>(r)] != string_of_rank(r)) ++failures;
+      // Every rank empty: no words to gather.
+      if (allgather_strings(comm, std::string()) != std::vector<std::string>(static_cast<std::size_t>(ranks)))
+        ++failures;
+    });
+    EXPECT_EQ(failures.load(), 0u) << ranks << " ranks";
+  }
 }
 
 TEST(LoopbackCollectives, BadArgumentsThrowNamingTheProblem) {

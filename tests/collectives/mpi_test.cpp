@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/collectives/ucx_transport.hpp"
 #include "reference.hpp"

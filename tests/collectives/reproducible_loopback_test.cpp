@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/loopback_transport.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 #include "loopback_ranks.hpp"

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 
 int main(int argc, char** argv) {

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/tuning.hpp"
 
 namespace {

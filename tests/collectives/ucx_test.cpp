@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/collectives/transport_factory.hpp"
 #include "hpctrain/collectives/ucx_transport.hpp"
 

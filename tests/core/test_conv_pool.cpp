@@ -1,6 +1,6 @@
 // Convolution and max-pooling against direct float64 computations and finite differences.
 #include "gradient_check.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/conv.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Counter-based RNG and parameter initialisation: values depend only on (seed, parameter, index).
 #include "gradient_check.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/core/init.hpp"
 

@@ -1,6 +1,6 @@
 // Element-wise kernels, softmax cross-entropy and dropout against float64 references.
 #include "gradient_check.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/loss.hpp"
 

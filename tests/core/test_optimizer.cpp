@@ -1,6 +1,6 @@
 // Optimiser steps against hand-written float64 updates; gradient clipping with a reduction hook.
 #include "gradient_check.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/optimizer.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Tensors and gemm: gemm against a naive float64 product on odd shapes, every transpose pair.
 #include "gradient_check.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/gemm.hpp"
 

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <set>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
 
 namespace io = hpctrain::io;

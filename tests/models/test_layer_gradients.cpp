@@ -1,7 +1,7 @@
 // Every layer's backward against float64 central finite differences (see gradient_check.hpp
 // for the tolerance argument), each layer inside a one- or two-layer Sequential<double>.
 #include "model_gradient_check.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/models/layers.hpp"
 
 #include <gtest/gtest.h>

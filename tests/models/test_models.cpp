@@ -1,7 +1,7 @@
 // Registry-built models: sizes, contiguous buffers, reproducible initialisation, end-to-end
 // gradients through the loss, and a training smoke test.
 #include "model_gradient_check.hpp"
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/models/layers.hpp"
 #include "hpctrain/models/registry.hpp"

@@ -1,7 +1,7 @@
 // ASHA and PBT as state machines fed by hand (sweep/asha_scheduler.hpp, pbt_scheduler.hpp).
 #include <gtest/gtest.h>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/sweep/asha_scheduler.hpp"
 #include "hpctrain/sweep/pbt_scheduler.hpp"
 

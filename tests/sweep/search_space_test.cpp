@@ -4,7 +4,7 @@
 #include <cmath>
 #include <set>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/sweep/search_space.hpp"
 
 namespace hpctrain::sweep {

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/h5.hpp"
 

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
 
 namespace hpctrain::ml {

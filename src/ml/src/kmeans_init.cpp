@@ -3,7 +3,7 @@
 #include <limits>
 #include <set>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/sample_partition.hpp"

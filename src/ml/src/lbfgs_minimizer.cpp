@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::ml::detail {
 

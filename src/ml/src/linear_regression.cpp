@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
 #include "blas_products.hpp"
 #include "lbfgs_minimizer.hpp"

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/durable_file.hpp"
 #include "hpctrain/io/h5.hpp"
 

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/serve/inference_model.hpp"
 #include "hpctrain/serve/prediction_file.hpp"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 
 namespace hpctrain::serve {

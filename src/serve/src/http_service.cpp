@@ -9,8 +9,9 @@
 #include <cstdio>
 #include <thread>
 
+#include "hpctrain/base/error.hpp"
+#include "hpctrain/base/mpi_handle.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/serve/model_server.hpp"
 #include "hpctrain/serve/request_parsing.hpp"
 #include "hpctrain/train/preemption.hpp"
@@ -33,23 +34,6 @@ void validate(const ServeOptions& o) {
   HPCTRAIN_REQUIRE(o.reload_every_s >= 0 && std::isfinite(o.reload_every_s), "--reload-every must be a non-negative number of seconds");
   HPCTRAIN_REQUIRE(o.http_threads >= 1, "--http-threads must be at least 1");
 }
-
-/// A dup of the world for the serve protocol's messages, freed at scope end.
-class ServeComm {
- public:
-  explicit ServeComm(MPI_Comm world) { MPI_Comm_dup(world, &comm_); }
-  ~ServeComm() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
-  }
-  ServeComm(const ServeComm&) = delete;
-  ServeComm& operator=(const ServeComm&) = delete;
-  MPI_Comm get() const noexcept { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
 
 thread_local Clock::time_point request_start;
 
@@ -225,7 +209,7 @@ int run_http_service(coll::Communicator& comm, MPI_Comm world, const ServeOption
   source = source_from_json_text(coll::broadcast_string(comm, to_json_text(source)));
   auto model = std::make_unique<InferenceModel>(source);
   train::install_preemption_handlers();  // SIGTERM/SIGUSR1 only set a flag; rank 0 acts on it
-  const ServeComm serve_comm(world);
+  const MpiCommHandle serve_comm = duplicate_comm(world);  // the serve protocol's messages
   comm.barrier();  // every rank has its model before rank 0 listens
   if (comm.rank() != 0) {
     serve_worker_loop(serve_comm.get(), std::move(model));

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/models/registry.hpp"
 #include "hpctrain/train/trainer.hpp"

@@ -3,8 +3,8 @@
 #include <exception>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 
 namespace hpctrain::serve {
 

@@ -6,7 +6,7 @@
 #include <exception>
 #include <thread>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/serve/serve_options.hpp"
 
 namespace hpctrain::serve {

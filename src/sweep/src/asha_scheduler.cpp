@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::sweep {
 

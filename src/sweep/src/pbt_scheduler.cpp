@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::sweep {
 

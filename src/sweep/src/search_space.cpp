@@ -3,7 +3,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::sweep {
 

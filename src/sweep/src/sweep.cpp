@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <optional>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/io/tfevents_writer.hpp"
 #include "hpctrain/sweep/asha_scheduler.hpp"
 #include "hpctrain/sweep/pbt_scheduler.hpp"

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/train/preemption.hpp"
 
 namespace hpctrain::sweep {

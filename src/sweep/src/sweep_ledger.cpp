@@ -4,7 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/durable_file.hpp"
 
 namespace hpctrain::sweep {

@@ -1,6 +1,6 @@
 #include "hpctrain/sweep/sweep_options.hpp"
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::sweep {
 

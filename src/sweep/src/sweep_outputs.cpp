@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/durable_file.hpp"
 

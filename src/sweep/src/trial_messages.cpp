@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 
 namespace hpctrain::sweep {
@@ -28,40 +28,29 @@ nlohmann::json receive_json(MPI_Comm comm, const MPI_Status& probed) {
 
 }  // namespace
 
-TrialChannel::TrialChannel(MPI_Comm world) {
-  HPCTRAIN_CHECK_MPI(MPI_Comm_dup(world, &requests_));
-  HPCTRAIN_CHECK_MPI(MPI_Comm_dup(world, &replies_));
-}
-
-TrialChannel::~TrialChannel() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  if (requests_ != MPI_COMM_NULL) MPI_Comm_free(&requests_);
-  if (replies_ != MPI_COMM_NULL) MPI_Comm_free(&replies_);
-}
+TrialChannel::TrialChannel(MPI_Comm world) : requests_(duplicate_comm(world)), replies_(duplicate_comm(world)) {}
 
 nlohmann::json TrialChannel::ask(MessageTag tag, const nlohmann::json& message, int reply_tag) {
-  send_json(requests_, kCoordinator, tag, message);
+  send_json(requests_.get(), kCoordinator, tag, message);
   if (reply_tag < 0) return nullptr;
   MPI_Status status;
-  HPCTRAIN_CHECK_MPI(MPI_Probe(kCoordinator, reply_tag, replies_, &status));
-  return receive_json(replies_, status);
+  HPCTRAIN_CHECK_MPI(MPI_Probe(kCoordinator, reply_tag, replies_.get(), &status));
+  return receive_json(replies_.get(), status);
 }
 
 bool TrialChannel::poll(nlohmann::json* message, int* source, int* tag) {
   int arrived = 0;
   MPI_Status status;
-  HPCTRAIN_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, requests_, &arrived, &status));
+  HPCTRAIN_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, requests_.get(), &arrived, &status));
   if (!arrived) return false;
   *source = status.MPI_SOURCE;
   *tag = status.MPI_TAG;
-  *message = receive_json(requests_, status);
+  *message = receive_json(requests_.get(), status);
   return true;
 }
 
 void TrialChannel::reply(int dest, MessageTag tag, const nlohmann::json& message) {
-  send_json(replies_, dest, tag, message);
+  send_json(replies_.get(), dest, tag, message);
 }
 
 }  // namespace hpctrain::sweep

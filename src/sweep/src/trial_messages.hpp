@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hpctrain/base/mpi_handle.hpp"
+
 namespace hpctrain::sweep {
 
 enum MessageTag : int { kRequest = 1, kReport = 2, kFinished = 3, kAssign = 4, kDecision = 5 };
@@ -22,9 +24,6 @@ class TrialChannel {
  public:
   /// Collective over `world` (MPI_Comm_dup twice).
   explicit TrialChannel(MPI_Comm world);
-  ~TrialChannel();
-  TrialChannel(const TrialChannel&) = delete;
-  TrialChannel& operator=(const TrialChannel&) = delete;
 
   /// Leader side: a request or report to the coordinator; `reply_tag` >= 0 waits for its reply.
   nlohmann::json ask(MessageTag tag, const nlohmann::json& message, int reply_tag);
@@ -34,7 +33,7 @@ class TrialChannel {
   void reply(int dest, MessageTag tag, const nlohmann::json& message);
 
  private:
-  MPI_Comm requests_ = MPI_COMM_NULL, replies_ = MPI_COMM_NULL;
+  MpiCommHandle requests_, replies_;
 };
 
 }  // namespace hpctrain::sweep

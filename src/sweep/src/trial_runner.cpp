@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/durable_file.hpp"

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 #include "hpctrain/core/tensor.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/train/finite_guard.hpp"

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "wire_cast.hpp"
 
 namespace hpctrain::train {

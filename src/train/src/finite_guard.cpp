@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::train {
 

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/agreement.hpp"
-#include "hpctrain/collectives/error.hpp"
 
 namespace hpctrain::train {
 

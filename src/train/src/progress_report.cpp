@@ -9,12 +9,12 @@
 #include <cstdio>
 #include <string>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/gemm.hpp"
-#include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
+#include "hpctrain/train/output_checks.hpp"
 
 namespace hpctrain::train {
 

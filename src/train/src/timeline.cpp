@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstring>
 #include <fstream>
+#include <string>
+#include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
+#include "hpctrain/collectives/string_collectives.hpp"
 
 namespace hpctrain::train {
 
@@ -31,26 +33,12 @@ std::string Timeline::chrome_events(int rank) const {
 }
 
 void write_chrome_trace(const Timeline& timeline, coll::Communicator& comm, const std::string& path) {
-  // Every rank's events travel as one fixed-size block of 64-bit words (the length first),
-  // padded to the longest rank's, so one allgather carries them all.
-  const std::string mine = timeline.chrome_events(comm.rank());
-  std::int64_t length = static_cast<std::int64_t>(mine.size());
-  std::int64_t longest = length;
-  comm.allreduce(&longest, 1, coll::ReduceOp::max);
-  const std::size_t words = static_cast<std::size_t>((longest + 7) / 8) + 1;  // +1: the length
-  std::vector<std::int64_t> packed(words, 0), all(words * static_cast<std::size_t>(comm.size()));
-  packed[0] = length;
-  std::memcpy(packed.data() + 1, mine.data(), mine.size());
-  comm.allgather(packed.data(), all.data(), words, coll::DataType::i64);
+  const std::vector<std::string> events = coll::allgather_strings(comm, timeline.chrome_events(comm.rank()));
   if (comm.rank() != 0) return;
   std::ofstream out(path);
   HPCTRAIN_REQUIRE(out.good(), "--timeline: cannot write '" + path + "'");
   out << "{\"traceEvents\":[";
-  for (int r = 0; r < comm.size(); ++r) {
-    const std::int64_t* block = all.data() + static_cast<std::size_t>(r) * words;
-    if (r) out << ",";
-    out.write(reinterpret_cast<const char*>(block + 1), block[0]);
-  }
+  for (std::size_t r = 0; r < events.size(); ++r) out << (r ? "," : "") << events[r];
   out << "],\"displayTimeUnit\":\"ms\"}\n";
 }
 

@@ -12,13 +12,11 @@
 #include <string>
 
 #include "checkpoint_policy.hpp"
-#include "hpctrain/collectives/error.hpp"
-#include "hpctrain/io/checkpoint_lock.hpp"
-#include "hpctrain/train/finite_guard.hpp"
-#include "hpctrain/train/output_checks.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/core/tensor.hpp"
+#include "hpctrain/io/checkpoint_lock.hpp"
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
 #include "hpctrain/io/in_memory_dataset.hpp"
@@ -26,7 +24,9 @@
 #include "hpctrain/models/registry.hpp"
 #include "hpctrain/train/bucketed_allreduce_sync.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
+#include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/train/gradient_sync.hpp"
+#include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/train/zero_sync.hpp"
 #include "progress_report.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 namespace hpctrain::train {
 

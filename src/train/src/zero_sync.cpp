@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
 
 namespace hpctrain::train {

@@ -8,11 +8,9 @@
 #include <string>
 
 #include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/string_collectives.hpp"  // broadcast_string
 
 namespace hpctrain::coll {
-
-/// Copies rank 0's string to every rank (collective; the argument is ignored on other ranks).
-std::string broadcast_string(Communicator& comm, const std::string& s);
 
 /// Collective: rank 0's verdict `error` (null = fine; ignored on other ranks) reaches every
 /// rank. When rank 0 failed, it rethrows its exception and every other rank throws

@@ -30,8 +30,6 @@
 
 namespace hpctrain::coll {
 
-class ProgressEngine;
-
 /// Block `index` of the balanced partition of `count` elements into `parts` contiguous blocks
 /// (the first count % parts blocks hold one element more): the partition the ring all-reduce
 /// and the in-place reduce-scatter/all-gather use.
@@ -40,9 +38,6 @@ struct BlockRange {
   std::size_t count = 0;
 };
 BlockRange balanced_block(std::size_t count, int parts, int index) noexcept;
-namespace detail {
-struct NodeGroup;
-}
 
 /// Handle of a non-blocking collective.
 class Work {
@@ -74,7 +69,8 @@ class Communicator {
   Communicator(std::unique_ptr<Transport> transport, Tuning tuning);
   /// Waits for queued non-blocking work, then releases the transport.
   ~Communicator();
-  /// Moving waits for the source's queued work first (queued work refers to its owner).
+  /// Moves the state, queued work included (it refers to the state, not to this object); the
+  /// source is left empty. Assigning over a communicator first waits for its own queued work.
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
   Communicator(const Communicator&) = delete;
@@ -82,8 +78,8 @@ class Communicator {
 
   int rank() const noexcept;
   int size() const noexcept;
-  const Tuning& tuning() const noexcept { return tuning_; }
-  Transport& transport() noexcept { return *transport_; }
+  const Tuning& tuning() const noexcept;
+  Transport& transport() noexcept;
 
   /// recv[i] = op over ranks of send[i], i < count. `send == recv` is in place. `send` may be
   /// null when count == 0.
@@ -152,35 +148,8 @@ class Communicator {
   }
 
  private:
-  void drain() const;  // waits for queued non-blocking work
-  WaitPolicy policy(const char* op, Algorithm algo) const;
-  void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
-                     Algorithm algo, std::uint64_t seq);
-  void run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
-                          std::uint64_t seq);
-  void run_allgather(const void* send, void* recv, std::size_t count, DataType type, std::uint64_t seq);
-  void run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op, std::uint64_t seq);
-  void run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq);
-  ProgressEngine& engine();
-
-  /// (Virtual) node index of every rank: Tuning::ranks_per_node blocks, or the machines
-  /// (Transport::shared_memory_domains, collective the first time).
-  const std::vector<int>& node_of_rank();
-  /// Largest number of ranks on one node (what choose_allreduce is told).
-  int ranks_per_node();
-  /// The node's sub-transports and shared memory, built on first use (collective: every rank
-  /// calls the same all-reduce with the same algorithm, so every rank builds it at the same call).
-  detail::NodeGroup& node_group(const WaitPolicy& policy);
-
-  std::unique_ptr<Transport> transport_;
-  Tuning tuning_;
-  std::vector<int> node_of_rank_;              // empty until known
-  int ranks_per_node_ = 0;                     // 0 until known
-  std::unique_ptr<detail::NodeGroup> node_;    // shm / hierarchical state, null until used
-  std::vector<std::byte> scratch_;  // reused across calls; one thread at a time (see drain)
-  std::uint64_t sequence_ = 0;      // collectives issued so far, for tags and diagnostics
-  // Last: destroyed first, so queued work finishes while the members above still exist.
-  mutable std::unique_ptr<ProgressEngine> engine_;
+  struct Impl;  // communicator_impl.hpp
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace hpctrain::coll

@@ -7,23 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/mpi_error.hpp"  // HPCTRAIN_CHECK_MPI, mpi_error_string (were declared here)
 #include "hpctrain/collectives/transport.hpp"
-
-namespace hpctrain {
-/// The MPI error string of `code`.
-std::string mpi_error_string(int code);
-}  // namespace hpctrain
-
-/// Throws hpctrain::Error naming the call and MPI's error string unless it returns MPI_SUCCESS.
-#define HPCTRAIN_CHECK_MPI(call)                                                          \
-  do {                                                                                    \
-    const int hpctrain_mpi_rc_ = (call);                                                  \
-    if (hpctrain_mpi_rc_ != MPI_SUCCESS)                                                  \
-      throw ::hpctrain::Error(std::string(#call) + " failed: " +                          \
-                                  ::hpctrain::mpi_error_string(hpctrain_mpi_rc_),         \
-                              __FILE__, __LINE__);                                        \
-  } while (0)
 
 namespace hpctrain::coll {
 

@@ -23,7 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
+#include "hpctrain/base/unique_handle.hpp"
 
 namespace hpctrain::io {
 
@@ -59,50 +60,34 @@ T check_h5(T result, What&& what, const char* file, int line) {
 }
 }  // namespace detail
 
-/// A handle owning one HDF5 identifier, closed with `Close`. Empty handles hold
-/// H5I_INVALID_HID.
+/// UniqueHandle traits of an HDF5 identifier closed with `Close`; empty handles hold
+/// H5I_INVALID_HID (any negative id taken over counts as empty).
 template <herr_t (*Close)(hid_t)>
-class H5Handle {
- public:
-  H5Handle() noexcept = default;
-  /// Takes ownership of `id` (which may be negative: the handle is then empty).
-  explicit H5Handle(hid_t id) noexcept : id_(id < 0 ? H5I_INVALID_HID : id) {}
-  ~H5Handle() { reset(); }
-
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  H5Handle(H5Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)) {}
-  H5Handle& operator=(H5Handle&& other) noexcept {
-    if (this != &other) {
-      reset();
-      id_ = std::exchange(other.id_, H5I_INVALID_HID);
-    }
-    return *this;
-  }
-
-  hid_t get() const noexcept { return id_; }
-  explicit operator bool() const noexcept { return id_ >= 0; }
-  /// Gives up ownership without closing.
-  hid_t release() noexcept { return std::exchange(id_, H5I_INVALID_HID); }
-
-  /// Closes the identifier now (errors are ignored: this runs in destructors).
-  void reset() noexcept {
-    if (id_ < 0) return;
+struct H5Traits {
+  using handle_type = hid_t;
+  static handle_type null() noexcept { return H5I_INVALID_HID; }
+  static bool is_null(handle_type id) noexcept { return id < 0; }
+  /// HDF5 re-initialises itself on any call, so whether an identifier may still be closed is
+  /// asked per identifier in free() (H5Iis_valid), under the HDF5 lock.
+  static bool library_up() noexcept { return true; }
+  /// Closes `id` (errors are ignored: this runs in destructors).
+  static void free(handle_type id) noexcept {
     try {
       H5Lock lock;
       h5_quiet_errors();
       // After H5close() (at process exit) identifiers are already gone: closing them then would
       // re-initialise the library, so only close identifiers HDF5 still knows.
-      if (H5Iis_valid(id_) > 0) (void)Close(id_);
+      if (H5Iis_valid(id) > 0) (void)Close(id);
     } catch (...) {
       // h5_quiet_errors/H5Lock cannot throw in practice; a destructor must not either way.
     }
-    id_ = H5I_INVALID_HID;
   }
-
- private:
-  hid_t id_ = H5I_INVALID_HID;
 };
+
+/// A handle owning one HDF5 identifier, closed with `Close` (UniqueHandle: non-copyable,
+/// movable with the source left empty, closed by the destructor, which never throws).
+template <herr_t (*Close)(hid_t)>
+using H5Handle = UniqueHandle<H5Traits<Close>>;
 
 using H5File = H5Handle<&H5Fclose>;
 using H5Group = H5Handle<&H5Gclose>;

@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// hpctrain's one error type and the checking macros every part uses.
+/// hpctrain's one error type and the checking macros every part uses (library hpctrain::base,
+/// the bottom layer: collectives, core, io and models all link it).
 ///
 /// Errors are exceptions that carry the source location and the MPI rank (when known). They are
 /// converted to one clear line at the library boundary (the CLI prints it and aborts the job so

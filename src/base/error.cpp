@@ -1,4 +1,4 @@
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 
 #include <mpi.h>
 
@@ -11,13 +11,12 @@
 #include <string>
 #include <thread>
 
+#include "hpctrain/base/mpi_error.hpp"
+
 namespace hpctrain {
 
 int world_rank() noexcept {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized) return -1;
+  if (!mpi_is_up()) return -1;
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
@@ -37,10 +36,7 @@ void add_abort_cleanup(AbortCleanup cleanup) noexcept {
 bool unwinding_from_error() noexcept { return std::uncaught_exceptions() > 0; }
 
 void abort_job(const std::exception& e, int exit_code) noexcept {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  const bool mpi_up = initialized && !finalized;
+  const bool mpi_up = mpi_is_up();
   const int rank = mpi_up ? world_rank() : -1;
   const auto grace = std::chrono::duration<double>(kPeerReportGraceS);
   if (dynamic_cast<const PeerReportedError*>(&e) != nullptr) {

@@ -1,0 +1,72 @@
+#pragma once
+// Internal to hpctrain::collectives: the state behind a Communicator (pimpl) and the functions
+// that run one collective on it. Queued non-blocking work refers to this object, whose address
+// does not change when the Communicator moves, so the Communicator's moves are defaulted.
+//
+//   communicator.cpp   the public API: argument checks, blocking vs queued, sequence numbers
+//   dispatch.cpp       which algorithm runs each collective (the one dispatch point)
+//   node_map.cpp       which ranks share a node, and the node's shared-memory group
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "algorithms.hpp"
+#include "hpctrain/collectives/communicator.hpp"
+#include "progress_engine.hpp"
+
+namespace hpctrain::coll {
+
+struct Communicator::Impl {
+  Impl(std::unique_ptr<Transport> transport, Tuning tuning);
+
+  int rank() const noexcept { return transport->rank(); }
+  int size() const noexcept { return transport->size(); }
+
+  /// Waits for queued non-blocking work.
+  void drain() const {
+    if (engine) engine->drain();
+  }
+  /// The progress thread, started on first use.
+  ProgressEngine& progress_engine();
+  /// The wait policy (timeout; diagnostics name the collectives issued so far).
+  WaitPolicy policy(const char* op, Algorithm algo) const;
+  /// What an algorithm gets for collective number `seq` over the transport.
+  detail::CollContext context(const WaitPolicy& wait_policy, std::uint64_t seq) {
+    return detail::CollContext{*transport, tuning, wait_policy, detail::sequence_tag(seq), scratch};
+  }
+
+  // ---- dispatch.cpp: one collective, on the calling or the progress thread ----
+  void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                     Algorithm algo, std::uint64_t seq);
+  void run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
+                          std::uint64_t seq);
+  void run_allgather(const void* send, void* recv, std::size_t count, DataType type, std::uint64_t seq);
+  void run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op, std::uint64_t seq);
+  void run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq);
+  void run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq);
+  void run_barrier(std::uint64_t seq);
+
+  // ---- node_map.cpp ----
+  /// (Virtual) node index of every rank: Tuning::ranks_per_node blocks, or the machines
+  /// (Transport::shared_memory_domains, collective the first time).
+  const std::vector<int>& node_of_rank();
+  /// Largest number of ranks on one node (what choose_allreduce is told).
+  int ranks_per_node();
+  /// The node's sub-transports and shared memory, built on first use (collective: every rank
+  /// calls the same all-reduce with the same algorithm, so every rank builds it at the same call).
+  detail::NodeGroup& node_group(const WaitPolicy& wait_policy);
+
+  std::unique_ptr<Transport> transport;
+  Tuning tuning;
+  std::vector<int> node_of_rank_;              // empty until known
+  int ranks_per_node_ = 0;                     // 0 until known
+  std::unique_ptr<detail::NodeGroup> node;     // shm / hierarchical state, null until used
+  std::vector<std::byte> scratch;  // reused across calls; one thread at a time (see drain)
+  std::uint64_t sequence = 0;      // collectives issued so far, for tags and diagnostics
+  // Last: destroyed first, so queued work finishes while the members above still exist.
+  std::unique_ptr<ProgressEngine> engine;
+};
+
+}  // namespace hpctrain::coll

@@ -1,0 +1,155 @@
+// The one dispatch point: which algorithm runs each collective. Every all-reduce algorithm
+// takes (send, recv), send == recv in place, and reads its input where it lies (no copy into
+// the output first); `avg` is reduced as a sum and divided here, once.
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "algorithms.hpp"
+#include "communicator_impl.hpp"
+#include "hpctrain/base/error.hpp"
+#include "reduce.hpp"
+#include "vendor_call_watchdog.hpp"
+
+namespace hpctrain::coll {
+
+namespace detail {
+
+void point_to_point_allreduce(CollContext& ctx, Algorithm algo, const void* send, void* recv, std::size_t count,
+                              DataType type, ReduceOp op) {
+  switch (algo) {
+    case Algorithm::ring: ring_allreduce(ctx, send, recv, count, type, op); break;
+    case Algorithm::tree: tree_allreduce(ctx, send, recv, count, type, op); break;
+    case Algorithm::recursive_doubling: recursive_doubling_allreduce(ctx, send, recv, count, type, op); break;
+    case Algorithm::rabenseifner: rabenseifner_allreduce(ctx, send, recv, count, type, op); break;
+    default: HPCTRAIN_FAIL("point_to_point_allreduce: '" + std::string(to_string(algo)) + "' is not a point-to-point algorithm");
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+/// Refuses `shm` when the ranks span several (virtual) nodes.
+void require_one_node(int ranks, int per_node, int tuned_ranks_per_node) {
+  HPCTRAIN_REQUIRE(per_node == ranks,
+                   "allreduce: algorithm 'shm' needs every rank on one node, but the " + std::to_string(ranks) +
+                       " ranks of this communicator span several nodes (at most " + std::to_string(per_node) +
+                       " per node" +
+                       (tuned_ranks_per_node > 0 ? ", HPCTRAIN_RANKS_PER_NODE=" + std::to_string(tuned_ranks_per_node)
+                                                 : std::string()) +
+                       "); use 'hierarchical' for several nodes");
+}
+
+}  // namespace
+
+void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                                       ReduceOp op, Algorithm algo, std::uint64_t seq) {
+  const std::size_t bytes = count * size_of(type);
+  if (algo == Algorithm::automatic) algo = tuning.choose_allreduce(bytes, size(), ranks_per_node());
+  if (algo == Algorithm::mpi) {
+    const detail::VendorCallWatch watch({"MPI_Allreduce", "allreduce(mpi)", seq, count, type, size()},
+                                        tuning.timeout_s);
+    HPCTRAIN_REQUIRE(transport->vendor_allreduce(send, recv, count, type, op),
+                     "allreduce: algorithm 'mpi' (MPI_Allreduce) needs the MPI transport; this "
+                     "communicator runs over '" + transport->name() + "'");
+    return;
+  }
+  const WaitPolicy wait_policy = policy("allreduce", algo);
+  detail::CollContext ctx = context(wait_policy, seq);
+  const ReduceOp combine = detail::combine_op(op);
+  switch (algo) {
+    case Algorithm::ring:
+    case Algorithm::tree:
+    case Algorithm::recursive_doubling:
+    case Algorithm::rabenseifner: detail::point_to_point_allreduce(ctx, algo, send, recv, count, type, combine); break;
+    case Algorithm::shm:
+    case Algorithm::hierarchical: {
+      if (algo == Algorithm::shm) require_one_node(size(), ranks_per_node(), tuning.ranks_per_node);
+      detail::NodeGroup& group = node_group(wait_policy);
+      try {
+        if (algo == Algorithm::shm) {
+          detail::shm_allreduce(ctx, group, send, recv, count, type, combine);
+        } else {
+          detail::hierarchical_allreduce(ctx, group, send, recv, count, type, combine);
+        }
+      } catch (...) {
+        group.broken = true;  // peers may be at another barrier: later calls must not run
+        throw;
+      }
+      break;
+    }
+    case Algorithm::automatic:
+    case Algorithm::mpi: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
+  }
+  if (op == ReduceOp::avg) detail::divide_by(recv, count, type, size());
+}
+
+void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                                            ReduceOp op, std::uint64_t seq) {
+  if (recv_count == 0) return;
+  const std::size_t p = static_cast<std::size_t>(size());
+  const std::size_t elem = size_of(type);
+  // The ring reduces in place, so it works on a copy of the send buffer.
+  std::vector<std::byte> work(static_cast<const std::byte*>(send),
+                              static_cast<const std::byte*>(send) + recv_count * p * elem);
+  std::vector<std::size_t> offsets(p + 1);
+  for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * recv_count;
+  const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring);
+  detail::CollContext ctx = context(wait_policy, seq);
+  detail::ring_reduce_scatter(ctx, work.data(), work.data(), offsets, type, detail::combine_op(op));
+  std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
+  if (op == ReduceOp::avg) detail::divide_by(recv, recv_count, type, size());
+}
+
+void Communicator::Impl::run_allgather(const void* send, void* recv, std::size_t count, DataType type,
+                                       std::uint64_t seq) {
+  if (count == 0) return;
+  const std::size_t p = static_cast<std::size_t>(size());
+  const std::size_t elem = size_of(type);
+  auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * elem;
+  if (send != own) std::memcpy(own, send, count * elem);
+  std::vector<std::size_t> offsets(p + 1);
+  for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * count;
+  const WaitPolicy wait_policy = policy("allgather", Algorithm::ring);
+  detail::CollContext ctx = context(wait_policy, seq);
+  detail::ring_allgather(ctx, recv, offsets, type);
+}
+
+void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op,
+                                                     std::uint64_t seq) {
+  if (count == 0) return;
+  const auto offsets = detail::balanced_offsets(count, size());
+  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", Algorithm::ring);
+  detail::CollContext ctx = context(wait_policy, seq);
+  detail::ring_reduce_scatter(ctx, buf, buf, offsets, type, detail::combine_op(op));
+  if (op == ReduceOp::avg) {
+    const auto r = static_cast<std::size_t>(rank());
+    detail::divide_by(static_cast<std::byte*>(buf) + offsets[r] * size_of(type), offsets[r + 1] - offsets[r], type,
+                      size());
+  }
+}
+
+void Communicator::Impl::run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq) {
+  if (count == 0) return;
+  const auto offsets = detail::balanced_offsets(count, size());
+  const WaitPolicy wait_policy = policy("allgather(in place)", Algorithm::ring);
+  detail::CollContext ctx = context(wait_policy, seq);
+  detail::ring_allgather(ctx, buf, offsets, type);
+}
+
+void Communicator::Impl::run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq) {
+  if (count == 0) return;
+  const WaitPolicy wait_policy = policy("broadcast", Algorithm::tree);
+  detail::CollContext ctx = context(wait_policy, seq);
+  detail::binomial_broadcast(ctx, buf, count * size_of(type), root);
+}
+
+void Communicator::Impl::run_barrier(std::uint64_t seq) {
+  const WaitPolicy wait_policy = policy("barrier", Algorithm::tree);
+  detail::CollContext ctx = context(wait_policy, seq);
+  detail::dissemination_barrier(ctx);
+}
+
+}  // namespace hpctrain::coll
