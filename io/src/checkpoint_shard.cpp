@@ -1,0 +1,178 @@
+#include "checkpoint_shard.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/io/h5.hpp"
+
+namespace hpctrain::io::detail {
+
+namespace {
+
+// Bytes hashed and then written per step: small enough that the chunk is still in the core's
+// L2 cache when write() copies it (so memory is read once), large enough that the per-call
+// cost of pwrite is negligible.
+constexpr std::size_t kChunkBytes = std::size_t{256} << 10;
+
+/// Where a piece's bytes go in the file.
+struct RawRegion {
+  std::uint64_t file_offset;
+  const char* bytes;
+  std::uint64_t size;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+/// Contiguous layout, storage allocated when the dataset is created (so its file offset is
+/// known before the file is closed), never filled (the bytes are written below).
+H5PropList early_allocated_contiguous() {
+  H5PropList dcpl(HPCTRAIN_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE), "checkpoint: dataset property list"));
+  HPCTRAIN_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "checkpoint: contiguous layout");
+  HPCTRAIN_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "checkpoint: early allocation");
+  HPCTRAIN_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "checkpoint: no fill");
+  return dcpl;
+}
+
+/// Step 1: HDF5 writes the file's structure (datasets, attributes) with room for every piece;
+/// returns where each piece's bytes belong, in file order.
+std::vector<RawRegion> lay_out_shard(const std::string& path, const std::vector<ShardPiece>& pieces) {
+  std::vector<RawRegion> regions;
+  H5Lock lock;
+  H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                                "checkpoint shard '" + path + "': create"));
+  const H5PropList lcpl = intermediate_group_creation();
+  const H5PropList dcpl = early_allocated_contiguous();
+  for (const ShardPiece& p : pieces) {
+    const hsize_t dims[1] = {static_cast<hsize_t>(p.count)};
+    H5Dataspace space(HPCTRAIN_CHECK_H5(H5Screate_simple(1, dims, nullptr), "checkpoint: dataspace"));
+    const std::string where = "checkpoint shard '" + path + "' dataset '/" + *p.name + "'";
+    H5Dataset ds(HPCTRAIN_CHECK_H5(H5Dcreate2(file.get(), ("/" + *p.name).c_str(), H5T_IEEE_F32LE, space.get(),
+                                              lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                                   where + ": create"));
+    h5_write_attribute(ds.get(), "global_shape", *p.shape);
+    h5_write_attribute(ds.get(), "offset", p.offset);
+    const haddr_t at = H5Dget_offset(ds.get());
+    HPCTRAIN_REQUIRE(at != HADDR_UNDEF, where + ": HDF5 allocated no contiguous storage");
+    regions.push_back({static_cast<std::uint64_t>(at), reinterpret_cast<const char*>(p.data),
+                       static_cast<std::uint64_t>(p.count) * sizeof(float)});
+  }
+  HPCTRAIN_CHECK_H5(H5Fclose(file.release()), "checkpoint shard '" + path + "': close");
+  std::sort(regions.begin(), regions.end(),
+            [](const RawRegion& a, const RawRegion& b) { return a.file_offset < b.file_offset; });
+  return regions;
+}
+
+/// Step 2: the file's bytes in order, hashed as they are written (pieces) or re-read (HDF5's
+/// metadata between them).
+class HashingShardStream {
+ public:
+  explicit HashingShardStream(const std::string& path)
+      : path_(path), fd_(::open(path.c_str(), O_RDWR)), state_(XXH3_createState(), &XXH3_freeState) {
+    HPCTRAIN_REQUIRE(fd_ >= 0, "checkpoint shard '" + path_ + "': cannot reopen: " + errno_text());
+    HPCTRAIN_REQUIRE(state_ != nullptr, "checkpoint shard '" + path_ + "': out of memory for the checksum");
+    XXH3_64bits_reset(state_.get());
+  }
+  ~HashingShardStream() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  HashingShardStream(const HashingShardStream&) = delete;
+  HashingShardStream& operator=(const HashingShardStream&) = delete;
+
+  std::uint64_t position() const noexcept { return position_; }
+  int fd() const noexcept { return fd_; }
+
+  /// Hashes the bytes already in the file from the current position up to `end`.
+  void hash_existing(std::uint64_t end) {
+    if (end <= position_) return;
+    std::vector<char> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, end - position_)));
+    while (position_ < end) {
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), end - position_));
+      const ssize_t n = ::pread(fd_, buffer.data(), want, static_cast<off_t>(position_));
+      if (n < 0 && errno == EINTR) continue;
+      HPCTRAIN_REQUIRE(n > 0, "checkpoint shard '" + path_ + "': cannot read back its HDF5 metadata at byte " +
+                                  std::to_string(position_) + ": " + (n == 0 ? "unexpected end of file" : errno_text()));
+      XXH3_64bits_update(state_.get(), buffer.data(), static_cast<std::size_t>(n));
+      position_ += static_cast<std::uint64_t>(n);
+    }
+  }
+
+  /// Hashes `size` bytes from memory and writes them at the current position, chunk by chunk.
+  void write_hashed(const char* bytes, std::uint64_t size) {
+    for (std::uint64_t done = 0; done < size;) {
+      const auto chunk = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, size - done));
+      XXH3_64bits_update(state_.get(), bytes + done, chunk);
+      write_all(bytes + done, chunk);
+      done += chunk;
+    }
+  }
+
+  /// fsync, then the size and checksum of everything streamed.
+  FileDigest finish() {
+    HPCTRAIN_REQUIRE(::fsync(fd_) == 0, "fsync of '" + path_ + "' failed: " + errno_text());
+    const int fd = std::exchange(fd_, -1);
+    HPCTRAIN_REQUIRE(::close(fd) == 0, "checkpoint shard '" + path_ + "': close failed: " + errno_text());
+    return FileDigest{position_, XXH3_64bits_digest(state_.get())};
+  }
+
+ private:
+  void write_all(const char* bytes, std::size_t size) {
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::pwrite(fd_, bytes + done, size - done, static_cast<off_t>(position_));
+      if (n < 0 && errno == EINTR) continue;
+      HPCTRAIN_REQUIRE(n > 0, "checkpoint shard '" + path_ + "': write failed: " + errno_text());
+      done += static_cast<std::size_t>(n);
+      position_ += static_cast<std::uint64_t>(n);
+    }
+  }
+
+  std::string path_;
+  int fd_;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state_;
+  std::uint64_t position_ = 0;
+};
+
+std::uint64_t file_size_of(int fd, const std::string& path) {
+  struct stat st {};
+  HPCTRAIN_REQUIRE(::fstat(fd, &st) == 0, "checkpoint shard '" + path + "': fstat failed: " + errno_text());
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+}  // namespace
+
+H5PropList intermediate_group_creation() {
+  H5PropList lcpl(HPCTRAIN_CHECK_H5(H5Pcreate(H5P_LINK_CREATE), "checkpoint: link property list"));
+  HPCTRAIN_CHECK_H5(H5Pset_create_intermediate_group(lcpl.get(), 1), "checkpoint: intermediate groups");
+  return lcpl;
+}
+
+FileDigest write_shard_file(const std::string& path, const std::vector<ShardPiece>& pieces,
+                            const std::function<void()>& after_first_piece) {
+  const std::vector<RawRegion> regions = lay_out_shard(path, pieces);
+  HashingShardStream stream(path);
+  bool first = true;
+  for (const RawRegion& r : regions) {
+    HPCTRAIN_REQUIRE(r.file_offset >= stream.position(),
+                     "checkpoint shard '" + path + "': HDF5 placed two datasets' storage over each other");
+    stream.hash_existing(r.file_offset);
+    stream.write_hashed(r.bytes, r.size);
+    // The device starts on this piece while the next one is copied.
+    start_writeback(stream.fd());
+    if (first && after_first_piece) after_first_piece();
+    first = false;
+  }
+  // HDF5's metadata after the last piece (and the whole file when this rank holds no piece).
+  stream.hash_existing(file_size_of(stream.fd(), path));
+  return stream.finish();
+}
+
+}  // namespace hpctrain::io::detail
