@@ -71,41 +71,54 @@ std::vector<RawRegion> lay_out_shard(const std::string& path, const std::vector<
   return regions;
 }
 
-/// Step 2: the file's bytes in order, hashed as they are written (pieces) or re-read (HDF5's
-/// metadata between them).
+/// Bytes of the file that are not pieces (HDF5's metadata, and any free space between):
+/// where they go and what they are.
+struct MetadataBlock {
+  std::uint64_t file_offset;
+  std::vector<char> bytes;
+};
+
+/// Step 2a: reads every stretch of the laid-out file outside `regions` (a few KiB).
+std::vector<MetadataBlock> read_metadata(int fd, const std::string& path, const std::vector<RawRegion>& regions) {
+  struct stat st {};
+  HPCTRAIN_REQUIRE(::fstat(fd, &st) == 0, "checkpoint shard '" + path + "': fstat failed: " + errno_text());
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  std::vector<MetadataBlock> blocks;
+  std::uint64_t at = 0;
+  const auto take = [&](std::uint64_t end) {
+    if (end <= at) return;
+    MetadataBlock block{at, std::vector<char>(static_cast<std::size_t>(end - at))};
+    for (std::size_t done = 0; done < block.bytes.size();) {
+      const ssize_t n = ::pread(fd, block.bytes.data() + done, block.bytes.size() - done, static_cast<off_t>(at + done));
+      if (n < 0 && errno == EINTR) continue;
+      HPCTRAIN_REQUIRE(n > 0, "checkpoint shard '" + path + "': cannot read back its HDF5 metadata at byte " +
+                                  std::to_string(at + done) + ": " + (n == 0 ? "unexpected end of file" : errno_text()));
+      done += static_cast<std::size_t>(n);
+    }
+    blocks.push_back(std::move(block));
+  };
+  for (const RawRegion& r : regions) {
+    HPCTRAIN_REQUIRE(r.file_offset >= at && r.file_offset + r.size <= size,
+                     "checkpoint shard '" + path + "': HDF5 placed a dataset's storage over another or past the end");
+    take(r.file_offset);
+    at = r.file_offset + r.size;
+  }
+  take(size);
+  return blocks;
+}
+
+/// Step 2b: the whole file written again from its start, in order and append-only (as a plain
+/// write() of a new file, which the file system handles best): metadata blocks from memory,
+/// pieces from the tensors, everything hashed on the way.
 class HashingShardStream {
  public:
-  explicit HashingShardStream(const std::string& path)
-      : path_(path), fd_(::open(path.c_str(), O_RDWR)), state_(XXH3_createState(), &XXH3_freeState) {
-    HPCTRAIN_REQUIRE(fd_ >= 0, "checkpoint shard '" + path_ + "': cannot reopen: " + errno_text());
+  HashingShardStream(int fd, const std::string& path)
+      : path_(path), fd_(fd), state_(XXH3_createState(), &XXH3_freeState) {
     HPCTRAIN_REQUIRE(state_ != nullptr, "checkpoint shard '" + path_ + "': out of memory for the checksum");
     XXH3_64bits_reset(state_.get());
   }
-  ~HashingShardStream() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  HashingShardStream(const HashingShardStream&) = delete;
-  HashingShardStream& operator=(const HashingShardStream&) = delete;
 
-  std::uint64_t position() const noexcept { return position_; }
-  int fd() const noexcept { return fd_; }
-
-  /// Hashes the bytes already in the file from the current position up to `end`.
-  void hash_existing(std::uint64_t end) {
-    if (end <= position_) return;
-    std::vector<char> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, end - position_)));
-    while (position_ < end) {
-      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), end - position_));
-      const ssize_t n = ::pread(fd_, buffer.data(), want, static_cast<off_t>(position_));
-      if (n < 0 && errno == EINTR) continue;
-      HPCTRAIN_REQUIRE(n > 0, "checkpoint shard '" + path_ + "': cannot read back its HDF5 metadata at byte " +
-                                  std::to_string(position_) + ": " + (n == 0 ? "unexpected end of file" : errno_text()));
-      XXH3_64bits_update(state_.get(), buffer.data(), static_cast<std::size_t>(n));
-      position_ += static_cast<std::uint64_t>(n);
-    }
-  }
-
-  /// Hashes `size` bytes from memory and writes them at the current position, chunk by chunk.
+  /// Hashes `size` bytes from memory and writes them at the end, chunk by chunk.
   void write_hashed(const char* bytes, std::uint64_t size) {
     for (std::uint64_t done = 0; done < size;) {
       const auto chunk = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, size - done));
@@ -115,19 +128,13 @@ class HashingShardStream {
     }
   }
 
-  /// fsync, then the size and checksum of everything streamed.
-  FileDigest finish() {
-    HPCTRAIN_REQUIRE(::fsync(fd_) == 0, "fsync of '" + path_ + "' failed: " + errno_text());
-    const int fd = std::exchange(fd_, -1);
-    HPCTRAIN_REQUIRE(::close(fd) == 0, "checkpoint shard '" + path_ + "': close failed: " + errno_text());
-    return FileDigest{position_, XXH3_64bits_digest(state_.get())};
-  }
+  FileDigest digest() const { return FileDigest{position_, XXH3_64bits_digest(state_.get())}; }
 
  private:
   void write_all(const char* bytes, std::size_t size) {
     std::size_t done = 0;
     while (done < size) {
-      const ssize_t n = ::pwrite(fd_, bytes + done, size - done, static_cast<off_t>(position_));
+      const ssize_t n = ::write(fd_, bytes + done, size - done);
       if (n < 0 && errno == EINTR) continue;
       HPCTRAIN_REQUIRE(n > 0, "checkpoint shard '" + path_ + "': write failed: " + errno_text());
       done += static_cast<std::size_t>(n);
@@ -141,11 +148,29 @@ class HashingShardStream {
   std::uint64_t position_ = 0;
 };
 
-std::uint64_t file_size_of(int fd, const std::string& path) {
-  struct stat st {};
-  HPCTRAIN_REQUIRE(::fstat(fd, &st) == 0, "checkpoint shard '" + path + "': fstat failed: " + errno_text());
-  return static_cast<std::uint64_t>(st.st_size);
-}
+/// An open file descriptor, closed once.
+class PosixFile {
+ public:
+  PosixFile(const std::string& path, int flags) : path_(path), fd_(::open(path.c_str(), flags)) {
+    HPCTRAIN_REQUIRE(fd_ >= 0, "checkpoint shard '" + path_ + "': cannot reopen: " + errno_text());
+  }
+  ~PosixFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PosixFile(const PosixFile&) = delete;
+  PosixFile& operator=(const PosixFile&) = delete;
+  int fd() const noexcept { return fd_; }
+  /// fsync and close, throwing naming the file on failure.
+  void sync_and_close() {
+    HPCTRAIN_REQUIRE(::fsync(fd_) == 0, "fsync of '" + path_ + "' failed: " + errno_text());
+    const int fd = std::exchange(fd_, -1);
+    HPCTRAIN_REQUIRE(::close(fd) == 0, "checkpoint shard '" + path_ + "': close failed: " + errno_text());
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
 
 }  // namespace
 
@@ -158,21 +183,30 @@ H5PropList intermediate_group_creation() {
 FileDigest write_shard_file(const std::string& path, const std::vector<ShardPiece>& pieces,
                             const std::function<void()>& after_first_piece) {
   const std::vector<RawRegion> regions = lay_out_shard(path, pieces);
-  HashingShardStream stream(path);
+  PosixFile file(path, O_RDWR);
+  const std::vector<MetadataBlock> metadata = read_metadata(file.fd(), path, regions);
+  HPCTRAIN_REQUIRE(::ftruncate(file.fd(), 0) == 0,
+                   "checkpoint shard '" + path + "': cannot truncate it to rewrite it: " + errno_text());
+  HashingShardStream stream(file.fd(), path);
+  // Metadata blocks and pieces alternate in file order: blocks[0] < regions[0] < blocks[1] ...
+  std::size_t next_block = 0;
   bool first = true;
   for (const RawRegion& r : regions) {
-    HPCTRAIN_REQUIRE(r.file_offset >= stream.position(),
-                     "checkpoint shard '" + path + "': HDF5 placed two datasets' storage over each other");
-    stream.hash_existing(r.file_offset);
+    while (next_block < metadata.size() && metadata[next_block].file_offset < r.file_offset) {
+      stream.write_hashed(metadata[next_block].bytes.data(), metadata[next_block].bytes.size());
+      ++next_block;
+    }
     stream.write_hashed(r.bytes, r.size);
     // The device starts on this piece while the next one is copied.
-    start_writeback(stream.fd());
+    start_writeback(file.fd());
     if (first && after_first_piece) after_first_piece();
     first = false;
   }
-  // HDF5's metadata after the last piece (and the whole file when this rank holds no piece).
-  stream.hash_existing(file_size_of(stream.fd(), path));
-  return stream.finish();
+  for (; next_block < metadata.size(); ++next_block) {
+    stream.write_hashed(metadata[next_block].bytes.data(), metadata[next_block].bytes.size());
+  }
+  file.sync_and_close();
+  return stream.digest();
 }
 
 }  // namespace hpctrain::io::detail
