@@ -171,6 +171,33 @@ PY
     expect_output "hpctrain: --overwrite-checkpoints: removed 2 checkpoint entries of an earlier run from '$ck'"
     [[ -d $ck/step-1 && ! -e $ck/step-2 && "$(cat "$ck/latest")" == step-1 ]] || fail "not started afresh: $(ls -A "$ck")"
     ;;
+  data_truncated | data_rewritten | data_replaced)
+    # The data file changes under a running job (a copy of the data set, so the fixture stays
+    # intact): truncated, rewritten in place by cp (same bytes, new modification time), or
+    # replaced by another file with mv. Before the fix the run went on reading zeros (or the
+    # old inode) and exited 0; now the next batch read names the file and the change, once,
+    # and every rank exits 1.
+    copy=$work/data.h5 log=$work/change.log
+    cp "$data" "$copy"
+    start=$(date +%s)
+    HPCTRAIN_TEST_RUN=$work timeout -k 5 120 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$copy" \
+      --no-eval --global-batch 32 --epochs 1000 --log-every 1 > "$log" 2>&1 &
+    job=$!
+    for _ in $(seq 1 1200); do grep -q 'step ' "$log" 2>/dev/null && break; sleep 0.1; done
+    grep -q 'step ' "$log" || { kill -KILL "$job"; cat "$log"; fail "the run printed no progress"; }
+    case $scenario in
+      data_truncated) truncate -s 5000 "$copy"; what="size [0-9]+ -> 5000 bytes \(truncated\)" ;;
+      data_rewritten) sleep 0.05; cp "$data" "$copy"; what="modification time .* -> " ;;
+      data_replaced) cp "$data" "$work/other.h5"; mv "$work/other.h5" "$copy"; what="it is another file now \(device:inode [0-9]+:[0-9]+ -> [0-9]+:[0-9]+" ;;
+    esac
+    wait "$job"
+    rc=$?
+    out=$(cat "$log")
+    printf '%s\n[exit %d after %d s]\n' "$(tail -n 12 "$log")" "$rc" "$(($(date +%s) - start))"
+    [[ $rc -ne 124 && $rc -ne 137 ]] || fail "the job did not end within 120 s of the change (a hang)"
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank [01]: data set '$copy' changed while this job reads it: $what.*the run stops rather than train on other data"
+    ;;
   *) fail "unknown scenario" ;;
 esac
 echo "PASS [$scenario]"
