@@ -15,6 +15,7 @@
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/io/checkpoint_lock.hpp"
 #include "hpctrain/train/finite_guard.hpp"
+#include "hpctrain/train/memory_check.hpp"
 #include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/optimizer.hpp"
@@ -293,6 +294,9 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   std::optional<io::DatasetReader> eval_reader;
   if (!o.eval_data.empty()) eval_reader.emplace(o.eval_data, read_options);
   const auto model = build_checked_model(o, reader, eval_reader);
+  // Before the first batch allocates activations and convolution workspace.
+  require_memory_fits(comm, estimate_training_memory(*model, o, comm.size(), eval_reader.has_value()),
+                      compute_threads().ranks_on_node);
 
   comm.barrier();  // common origin for the timeline
   Timeline timeline(!o.timeline_path.empty());
