@@ -199,14 +199,14 @@ PY
     expect_one_error "^hpctrain: error: rank [01]: data set '$copy' changed while this job reads it: $what.*the run stops rather than train on other data"
     ;;
   memory_model_too_large)
-    # A CNN with 99x99 kernels at a global batch of 2048: its convolution workspace alone is
-    # hundreds of GiB per rank. Refused before the first batch, naming the estimate and what
-    # the node has, instead of the OOM killer. Then the default model with the available
+    # A CNN with 99x99 kernels at a global batch of 2048 on the portable convolution: its
+    # im2col workspace alone is hundreds of GiB per rank. Refused before the first batch,
+    # naming the estimate and what the node has, instead of the OOM killer. Then the default model with the available
     # memory overridden to 1 MiB: the check applies to any model.
     printf '{"name": "cnn", "kernel": 99}\n' > "$work/k99.json"
-    run 60 "${train[@]}" --model "$work/k99.json" --global-batch 2048 --max-steps 1
+    run 60 env HPCTRAIN_CONV_BACKEND=portable "${train[@]}" --model "$work/k99.json" --global-batch 2048 --max-steps 1
     [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
-    expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated [0-9.]+ [GTP]iB of memory per rank \(parameters [0-9.]+ MiB, .*convolution workspace [0-9.]+ [GTP]iB.*batch 1024 per rank\), [0-9.]+ [GTP]iB for the 2 ranks on this node, more than the [0-9.]+ [MGT]iB available on this node \((MemAvailable in /proc/meminfo|cgroup limit .*)"
+    expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated [0-9.]+ [GTP]iB of memory per rank \(parameters [0-9.]+ MiB, .*convolution workspace [0-9.]+ [GTP]iB \(portable\).*batch 1024 per rank\), [0-9.]+ [GTP]iB for the 2 ranks on this node, more than the [0-9.]+ [MGT]iB available on this node \((MemAvailable in /proc/meminfo|cgroup limit .*)"
     run 60 env HPCTRAIN_MEMORY_AVAILABLE_BYTES=1048576 "${train[@]}" --max-steps 1
     [[ $rc -eq 1 ]] || fail "small memory: exit status $rc, expected 1"
     expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated .* more than the [0-9.]+ MiB available on this node \(HPCTRAIN_MEMORY_AVAILABLE_BYTES, plus the"

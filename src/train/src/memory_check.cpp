@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "hpctrain/collectives/error.hpp"
+#include "hpctrain/core/conv.hpp"
 #include "hpctrain/io/system_memory.hpp"
 
 namespace hpctrain::train {
@@ -31,9 +32,17 @@ void add_layer(models::Layer<float>& layer, const core::Shape& in, const core::S
   if (kind == "conv2d" && in.size() == 3 && out.size() == 3) {
     const auto specs = layer.parameter_specs();
     const core::Shape& w = specs.at(0).shape;  // [F, C, K, K]
-    const std::uint64_t col_rows = w.size() == 4 ? static_cast<std::uint64_t>(w[1] * w[2] * w[3]) : 0;
-    const std::uint64_t col_cols = batch * static_cast<std::uint64_t>(out[1] * out[2]);
-    e.workspace += (2 * col_rows + static_cast<std::uint64_t>(out[0])) * col_cols * sizeof(float);
+    const std::uint64_t weights = product(w);
+    if (core::conv_backend() == core::ConvBackend::onednn) {
+      // Direct convolutions on blocked layouts: reordered copies of the weights, the input and
+      // the output, and of their gradients (its scratchpads are per thread and small).
+      e.workspace += 2 * (weights + product(in) * batch + out_elements) * sizeof(float);
+    } else {
+      // im2col: col and dcol (C K K x N Ho Wo each) and the output transpose (F x N Ho Wo).
+      const std::uint64_t col_rows = w.size() == 4 ? static_cast<std::uint64_t>(w[1] * w[2] * w[3]) : 0;
+      const std::uint64_t col_cols = batch * static_cast<std::uint64_t>(out[1] * out[2]);
+      e.workspace += (2 * col_rows + static_cast<std::uint64_t>(out[0])) * col_cols * sizeof(float);
+    }
   }
 }
 
@@ -45,9 +54,10 @@ std::uint64_t MemoryEstimate::total() const noexcept {
 
 std::string MemoryEstimate::breakdown() const {
   const auto b = [](std::uint64_t v) { return io::format_bytes(static_cast<double>(v)); };
-  return fmt::format("parameters {}, gradients {}, optimiser state {}, activations {}, convolution workspace {}, "
-                     "prefetched data {}; batch {} per rank",
-                     b(parameters), b(gradients), b(optimizer_state), b(activations), b(workspace), b(data), batch);
+  return fmt::format("parameters {}, gradients {}, optimiser state {}, activations {}, convolution workspace {} "
+                     "({}), prefetched data {}; batch {} per rank",
+                     b(parameters), b(gradients), b(optimizer_state), b(activations), b(workspace),
+                     core::conv_backend_name(core::conv_backend()), b(data), batch);
 }
 
 MemoryEstimate estimate_training_memory(models::Sequential<float>& model, const TrainOptions& o, int world,

@@ -11,9 +11,12 @@
 ///   activations             every layer's output for the per-rank batch, kept for backward, and
 ///                           as much again for the gradients flowing back; max-pool argmax
 ///                           (8 B per pooled element); the batch itself
-///   workspace               per convolution, the portable path's im2col matrices (two of
-///                           C K K x N Ho Wo) and its output transpose (F x N Ho Wo). oneDNN's
-///                           convolutions usually need less; the estimate stays on the safe side.
+///   workspace               per convolution, for the backend core::conv_backend() picks:
+///                           portable: the im2col matrices (two of C K K x N Ho Wo) and the
+///                           output transpose (F x N Ho Wo); oneDNN: reordered copies of the
+///                           weights, input and output and of their gradients. (A CNN with
+///                           kernel 99 at batch 32 per rank: portable 15.7 GiB, which is what
+///                           the OOM killer met; oneDNN ran it in 1.1 GB of RSS.)
 ///   data                    the prefetch queue (--prefetch batches of samples)
 /// The batch is the larger of the per-rank training batch (ceil(global / P), or the micro-shard
 /// in deterministic mode) and evaluation's 256, when there is evaluation data.
