@@ -335,6 +335,12 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
 
 int run(int& argc, char**& argv) {
   const Options options = parse_options(argc, argv);
+  // send and recv, plus about one message of algorithm scratch (ring chunks, shared memory).
+  const std::size_t largest = hpctrain::bench::largest_swept_size(options.min_bytes, options.max_bytes, options.step);
+  hpctrain::bench::require_memory_for("--max_bytes=" + hpctrain::io::format_bytes(static_cast<double>(options.max_bytes)),
+                                      "the send, receive and scratch buffers of " +
+                                          hpctrain::io::format_bytes(static_cast<double>(largest)) + " each",
+                                      3.0 * static_cast<double>(largest), MPI_COMM_WORLD);
   const auto format = hpctrain::bench::peek_flag(argc, argv, "benchmark_format");
   // One communicator per transport; MPI_Allreduce (algorithm mpi) runs on the MPI one, made for it
   // when --transports leaves MPI out.

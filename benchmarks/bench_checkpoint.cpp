@@ -274,6 +274,17 @@ int main(int argc, char** argv) {
     if (bench::rank_of(MPI_COMM_WORLD) == 0) std::fprintf(stderr, "bench_checkpoint: %s\n", e.what());
     return 2;
   }
+  try {
+    // Per size S, one at a time: the state and its read-back copy (2 S on every rank: the state
+    // is replicated) and the bound's buffers (2 S / P).
+    const std::size_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+    const double ranks = bench::size_of(MPI_COMM_WORLD);
+    bench::require_memory_for("--sizes=" + hpctrain::io::format_bytes(static_cast<double>(largest)),
+                              "the replicated state and its read-back copy",
+                              2.0 * static_cast<double>(largest) * (1.0 + 1.0 / ranks), MPI_COMM_WORLD);
+  } catch (const std::exception& e) {
+    hpctrain::abort_job(e, 2);
+  }
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   for (std::size_t bytes : o.sizes) register_size(o, bytes, comm);
   const bool ok = bench::run_benchmarks(argc, argv, MPI_COMM_WORLD);

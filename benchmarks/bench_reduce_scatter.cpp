@@ -137,6 +137,12 @@ int run(int& argc, char** argv) {
   if (auto v = take_flag(argc, argv, "step")) o.step = static_cast<std::size_t>(parse_count(*v, "step", 2));
   if (auto v = take_flag(argc, argv, "iters")) o.iters = parse_count(*v, "iters", 1);
   if (auto v = take_flag(argc, argv, "warmup")) o.warmup = parse_count(*v, "warmup", 0);
+  // The whole vector, its reduced copy and the output (the block is 1/P more).
+  const std::size_t largest = hpctrain::bench::largest_swept_size(o.min_bytes, o.max_bytes, o.step);
+  hpctrain::bench::require_memory_for("--max_bytes=" + hpctrain::io::format_bytes(static_cast<double>(o.max_bytes)),
+                                      "the input, block and output buffers of " +
+                                          hpctrain::io::format_bytes(static_cast<double>(largest)),
+                                      4.0 * static_cast<double>(largest), MPI_COMM_WORLD);
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   const auto unit = sizeof(float) * static_cast<std::size_t>(comm.size());
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step) {

@@ -93,6 +93,13 @@ int run(int& argc, char** argv) {
     }
     HPCTRAIN_REQUIRE(!o.algorithms.empty(), "--algorithms='" + *v + "' names no algorithm");
   }
+  // send, recv and check (3 x bytes), the exact sum's int64 accumulator (2 x) and its wire
+  // buffers (about 1 x more).
+  const std::size_t largest = hpctrain::bench::largest_swept_size(o.min_bytes, o.max_bytes, o.step);
+  hpctrain::bench::require_memory_for("--max_bytes=" + hpctrain::io::format_bytes(static_cast<double>(o.max_bytes)),
+                                      "the buffers and fixed-point accumulators for " +
+                                          hpctrain::io::format_bytes(static_cast<double>(largest)),
+                                      6.0 * static_cast<double>(largest), MPI_COMM_WORLD);
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step) {
     for (Algorithm algo : o.algorithms) {

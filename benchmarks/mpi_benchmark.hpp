@@ -38,6 +38,7 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/collectives/tuning.hpp"
+#include "hpctrain/io/system_memory.hpp"
 
 namespace hpctrain::bench {
 
@@ -174,6 +175,45 @@ inline std::optional<std::string> peek_flag(int argc, char** argv, std::string_v
 /// Parses a byte count with an optional K/M/G (KiB/MiB/GiB) suffix; throws naming `what`.
 inline std::size_t parse_bytes(const std::string& text, const std::string& what) {
   return hpctrain::coll::parse_byte_count(text, what);
+}
+
+/// The largest size a min..max sweep with factor `step` reaches (min x step^k <= max).
+inline std::size_t largest_swept_size(std::size_t min_bytes, std::size_t max_bytes, std::size_t step) {
+  std::size_t bytes = min_bytes;
+  while (bytes <= max_bytes / step) bytes *= step;
+  return bytes;
+}
+
+/// Refuses a size before anything of that size is allocated: `bytes_per_rank` (what one rank
+/// holds at the largest size) times the ranks on this node must fit in the memory available
+/// (io::available_memory: MemAvailable, or the cgroup's limit). Collective over `comm`; when a
+/// rank's node is short, every rank throws, the lowest such rank with the message naming
+/// `flag` (e.g. "--max_bytes=64G"), `what` needs the memory, and both figures; the others a
+/// PeerReportedError (not printed).
+inline void require_memory_for(const std::string& flag, const std::string& what, double bytes_per_rank,
+                               MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int on_node = 1;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &on_node);
+    MPI_Comm_free(&node);
+  }
+  const io::AvailableMemory available = io::available_memory();
+  const double need = bytes_per_rank * on_node;
+  const bool fits = !available.known() || need <= static_cast<double>(available.bytes);
+  int first_failing = fits ? size_of(comm) : rank_of(comm);
+  MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, comm);
+  if (first_failing == size_of(comm)) return;
+  if (first_failing != rank_of(comm)) {
+    throw PeerReportedError("rank " + std::to_string(first_failing) + " refused " + flag + ": not enough memory",
+                            __FILE__, __LINE__);
+  }
+  HPCTRAIN_FAIL(flag + ": " + what + " need " + io::format_bytes(bytes_per_rank) + " per rank" +
+                (on_node > 1 ? ", " + io::format_bytes(need) + " for the " + std::to_string(on_node) +
+                                   " ranks on this node"
+                             : std::string()) +
+                ", more than the " + io::format_bytes(static_cast<double>(available.bytes)) + " available (" +
+                available.source + "); refused before allocating. Choose a smaller size");
 }
 
 /// Parses an integer >= `min`; throws naming `what`.

@@ -17,6 +17,7 @@
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/io/durable_file.hpp"
 #include "hpctrain/io/h5.hpp"
+#include "checkpoint_shard.hpp"
 
 namespace hpctrain::io {
 
@@ -125,63 +126,12 @@ std::vector<Piece> pieces_of(const std::vector<CheckpointTensor>& tensors, std::
   return out;
 }
 
-H5PropList intermediate_groups() {
-  H5PropList lcpl(HPCTRAIN_CHECK_H5(H5Pcreate(H5P_LINK_CREATE), "checkpoint: link property list"));
-  HPCTRAIN_CHECK_H5(H5Pset_create_intermediate_group(lcpl.get(), 1), "checkpoint: intermediate groups");
-  return lcpl;
-}
-
-/// The POSIX file descriptor under an HDF5 file opened with the default (sec2) driver, or -1.
-int posix_fd(hid_t file) {
-  H5PropList fapl(H5Fget_access_plist(file));
-  if (fapl.get() < 0 || H5Pget_driver(fapl.get()) != H5FD_SEC2) return -1;
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) return -1;
-  return *static_cast<int*>(handle);
-}
-
-/// What one rank writes of one tensor: elements [offset, offset + count) taken from `data`.
-struct WritePiece {
-  const std::string* name;
-  const std::vector<std::int64_t>* shape;
-  std::int64_t offset, count;
-  const float* data;  // the piece's first element
-};
-
-void write_shard(const std::string& path, const std::vector<WritePiece>& pieces, int rank, std::int64_t step) {
-  H5Lock lock;
-  H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                                "checkpoint shard '" + path + "': create"));
-  // Device writes start as each piece lands in the page cache, overlapping the copying of the
-  // next one (and the checksum pass after close), instead of all waiting for the final fsync.
-  const int fd = posix_fd(file.get());
-  const H5PropList lcpl = intermediate_groups();
-  bool first = true;
-  for (const WritePiece& p : pieces) {
-    const hsize_t dims[1] = {static_cast<hsize_t>(p.count)};
-    H5Dataspace space(HPCTRAIN_CHECK_H5(H5Screate_simple(1, dims, nullptr), "checkpoint: dataspace"));
-    const std::string where = "checkpoint shard '" + path + "' dataset '/" + *p.name + "'";
-    H5Dataset ds(HPCTRAIN_CHECK_H5(H5Dcreate2(file.get(), ("/" + *p.name).c_str(), H5T_IEEE_F32LE, space.get(),
-                                              lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
-                                   where + ": create"));
-    HPCTRAIN_CHECK_H5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data), where + ": write");
-    h5_write_attribute(ds.get(), "global_shape", *p.shape);
-    h5_write_attribute(ds.get(), "offset", p.offset);
-    if (fd >= 0) start_writeback(fd);
-    if (first) {
-      HPCTRAIN_CHECK_H5(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "checkpoint shard '" + path + "': flush");
-      maybe_crash(rank, step);
-      first = false;
-    }
-  }
-  HPCTRAIN_CHECK_H5(H5Fclose(file.release()), "checkpoint shard '" + path + "': close");
-}
-
 /// This rank's pieces: its even share of the replicated tensors' concatenation, then its
 /// slices of the sharded ones.
-std::vector<WritePiece> rank_pieces(const std::vector<CheckpointTensor>& replicated,
-                                    const std::vector<CheckpointSlice>& sharded, std::int64_t begin, std::int64_t end) {
-  std::vector<WritePiece> out;
+std::vector<detail::ShardPiece> rank_pieces(const std::vector<CheckpointTensor>& replicated,
+                                            const std::vector<CheckpointSlice>& sharded, std::int64_t begin,
+                                            std::int64_t end) {
+  std::vector<detail::ShardPiece> out;
   for (const Piece& p : pieces_of(replicated, begin, end)) {
     const CheckpointTensor& t = replicated[p.tensor];
     out.push_back({&t.name, &t.shape, p.offset, p.count, t.data + p.offset});
@@ -246,6 +196,134 @@ void prune(const fs::path& dir, std::int64_t newest, int keep) {
   }
 }
 
+/// Where one checkpoint is written and committed, and the prefix of every agreed error.
+struct StepPaths {
+  fs::path root, tmp, final_dir;
+  std::string what;
+};
+
+StepPaths step_paths(const std::string& dir, std::int64_t step) {
+  const fs::path root(dir);
+  return {root, root / (".step-" + std::to_string(step) + ".tmp"), root / step_name(step),
+          "checkpoint " + step_name(step) + " in '" + dir + "'"};
+}
+
+/// Rank 0 creates an empty temporary step directory; every rank learns whether it could.
+void create_temporary(coll::Communicator& comm, const StepPaths& at) {
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      fs::create_directories(at.root);
+      fs::remove_all(at.tmp);
+      fs::create_directory(at.tmp);
+    } catch (const std::exception& e) {
+      error = "cannot create '" + at.tmp.string() + "': " + e.what();
+    }
+  }
+  agree(comm, error, at.what);
+}
+
+/// Every rank writes its shard into the temporary directory (fsynced, checksummed while
+/// written) and the ranks agree that all succeeded; on a failure rank 0 removes the temporary
+/// and every rank throws. Returns every rank's (bytes, xxh3), rank-major.
+std::vector<std::int64_t> write_shards(coll::Communicator& comm, const StepPaths& at, std::int64_t step,
+                                       const std::vector<detail::ShardPiece>& pieces) {
+  const int rank = comm.rank(), world = comm.size();
+  std::string error;
+  std::int64_t digest[2] = {0, 0};
+  try {
+    const FileDigest d = detail::write_shard_file((at.tmp / shard_name(rank, world)).string(), pieces,
+                                                  [&] { maybe_crash(rank, step); });
+    digest[0] = static_cast<std::int64_t>(d.bytes);
+    digest[1] = static_cast<std::int64_t>(d.xxh3);
+  } catch (const Error& e) {
+    error = e.reason();  // agree() adds the rank; the source location is of no use to a user
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  try {
+    agree(comm, error, at.what);
+  } catch (...) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(at.tmp, ec);  // the previous checkpoint is untouched
+    }
+    throw;
+  }
+  std::vector<std::int64_t> digests(2 * static_cast<std::size_t>(world));
+  comm.allgather(digest, digests.data(), 2, coll::DataType::i64);
+  return digests;
+}
+
+/// The manifest of a checkpoint written by `world` ranks: every shard's size and checksum
+/// (`digests`, from write_shards), every tensor's pieces (the replicated ones split evenly,
+/// the sharded ones from `slices`, gather_slices' layout), and its own checksum.
+nlohmann::json build_manifest(std::int64_t step, int world, const nlohmann::json& metadata,
+                              const std::vector<CheckpointTensor>& tensors,
+                              const std::vector<CheckpointSlice>& sharded, const std::vector<std::int64_t>& slices,
+                              const std::vector<std::int64_t>& digests) {
+  nlohmann::json m;
+  m["format"] = kFormat;
+  m["format_version"] = kFormatVersion;
+  m["hpctrain_version"] = "0.1.0";
+  m["step"] = step;
+  m["world_size"] = world;
+  m["metadata"] = metadata;
+  nlohmann::json shards = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) {
+    const auto at = 2 * static_cast<std::size_t>(r);
+    shards.push_back({{"file", shard_name(r, world)},
+                      {"bytes", digests[at]},
+                      {"xxh3", hex64(static_cast<std::uint64_t>(digests[at + 1]))}});
+  }
+  m["shards"] = shards;
+  std::int64_t total = 0;
+  for (const auto& t : tensors) total += product(t.shape);
+  nlohmann::json list = nlohmann::json::array();
+  std::vector<nlohmann::json> piece_lists(tensors.size(), nlohmann::json::array());
+  for (int r = 0; r < world; ++r) {
+    for (const Piece& p : pieces_of(tensors, total * r / world, total * (r + 1) / world)) {
+      piece_lists[p.tensor].push_back({{"shard", r}, {"offset", p.offset}, {"count", p.count}});
+    }
+  }
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    list.push_back({{"name", tensors[t].name}, {"shape", tensors[t].shape}, {"dtype", "f32"},
+                    {"pieces", piece_lists[t]}});
+  }
+  for (std::size_t j = 0; j < sharded.size(); ++j) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (int r = 0; r < world; ++r) {
+      const std::size_t at = (static_cast<std::size_t>(r) * sharded.size() + j) * 2;
+      if (slices[at + 1] > 0) pieces.push_back({{"shard", r}, {"offset", slices[at]}, {"count", slices[at + 1]}});
+    }
+    list.push_back({{"name", sharded[j].name}, {"shape", sharded[j].shape}, {"dtype", "f32"}, {"pieces", pieces}});
+  }
+  m["tensors"] = list;
+  m[kManifestChecksumKey] = manifest_checksum(m);
+  return m;
+}
+
+/// Rank 0's commit: the manifest into the temporary directory, the directory renamed into
+/// place (an existing step set aside first, see recover_interrupted_rewrites), `latest`, and
+/// old steps pruned. Throws on failure.
+void commit_step(const StepPaths& at, std::int64_t step, int keep, const nlohmann::json& manifest) {
+  atomic_write_file((at.tmp / "manifest.json").string(), manifest.dump(1) + "\n");  // fsyncs tmp too
+  if (fs::exists(at.final_dir)) {  // the same step written again (e.g. after a resume)
+    const fs::path old = at.root / (".step-" + std::to_string(step) + ".old");
+    fs::remove_all(old);
+    fs::rename(at.final_dir, old);
+    fs::rename(at.tmp, at.final_dir);
+    fs::remove_all(old);
+  } else {
+    fs::rename(at.tmp, at.final_dir);
+  }
+  // One fsync of `dir` (inside atomic_write_file) makes both renames durable. Should a
+  // crash keep the new `latest` but lose the directory rename, `latest` names a missing
+  // directory, which find_latest_checkpoint reports and skips for the previous step.
+  atomic_write_file((at.root / "latest").string(), step_name(step) + "\n");
+  prune(at.root, step, keep);
+}
+
 }  // namespace
 
 CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, std::int64_t step,
@@ -261,115 +339,29 @@ CommitResult write_checkpoint(coll::Communicator& comm, const std::string& dir, 
   HPCTRAIN_REQUIRE(step >= 0, "checkpoint step must be non-negative");
   const auto start = std::chrono::steady_clock::now();
   const int rank = comm.rank(), world = comm.size();
-  const fs::path root(dir);
-  const fs::path tmp = root / (".step-" + std::to_string(step) + ".tmp");
-  const fs::path final_dir = root / step_name(step);
-
-  std::string error;
-  if (rank == 0) {
-    try {
-      fs::create_directories(root);
-      fs::remove_all(tmp);
-      fs::create_directory(tmp);
-    } catch (const std::exception& e) {
-      error = "cannot create '" + tmp.string() + "': " + e.what();
-    }
-  }
-  agree(comm, error, "checkpoint " + step_name(step) + " in '" + dir + "'");
+  const StepPaths at = step_paths(dir, step);
+  create_temporary(comm, at);
 
   const std::vector<std::int64_t> slices = gather_slices(comm, sharded);
   std::int64_t total = 0;
   for (const auto& t : tensors) total += product(t.shape);
-  const std::int64_t begin = total * rank / world, end = total * (rank + 1) / world;
-  const std::string shard = shard_name(rank, world);
-  std::int64_t digest[2] = {0, 0};
-  try {
-    write_shard((tmp / shard).string(), rank_pieces(tensors, sharded, begin, end), rank, step);
-    // Checksum the bytes as written (from the page cache) while the device is still busy with
-    // them, then wait for the device.
-    const FileDigest d = digest_file((tmp / shard).string());
-    fsync_path((tmp / shard).string(), false, true);
-    digest[0] = static_cast<std::int64_t>(d.bytes);
-    digest[1] = static_cast<std::int64_t>(d.xxh3);
-  } catch (const Error& e) {
-    error = e.reason();  // agree() adds the rank; the source location is of no use to a user
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  try {
-    agree(comm, error, "checkpoint " + step_name(step) + " in '" + dir + "'");
-  } catch (...) {
-    if (rank == 0) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);  // the previous checkpoint is untouched
-    }
-    throw;
-  }
-  std::vector<std::int64_t> digests(2 * static_cast<std::size_t>(world));
-  comm.allgather(digest, digests.data(), 2, coll::DataType::i64);
+  const std::vector<std::int64_t> digests =
+      write_shards(comm, at, step, rank_pieces(tensors, sharded, total * rank / world, total * (rank + 1) / world));
 
   std::uint64_t bytes = 0;
   for (int r = 0; r < world; ++r) bytes += static_cast<std::uint64_t>(digests[2 * static_cast<std::size_t>(r)]);
+  std::string error;
   if (rank == 0) {
     try {
-      nlohmann::json m;
-      m["format"] = kFormat;
-      m["format_version"] = kFormatVersion;
-      m["hpctrain_version"] = "0.1.0";
-      m["step"] = step;
-      m["world_size"] = world;
-      m["metadata"] = metadata;
-      nlohmann::json shards = nlohmann::json::array();
-      for (int r = 0; r < world; ++r) {
-        shards.push_back({{"file", shard_name(r, world)},
-                          {"bytes", digests[2 * static_cast<std::size_t>(r)]},
-                          {"xxh3", hex64(static_cast<std::uint64_t>(digests[2 * static_cast<std::size_t>(r) + 1]))}});
-      }
-      m["shards"] = shards;
-      nlohmann::json list = nlohmann::json::array();
-      std::vector<nlohmann::json> piece_lists(tensors.size(), nlohmann::json::array());
-      for (int r = 0; r < world; ++r) {
-        for (const Piece& p : pieces_of(tensors, total * r / world, total * (r + 1) / world)) {
-          piece_lists[p.tensor].push_back({{"shard", r}, {"offset", p.offset}, {"count", p.count}});
-        }
-      }
-      for (std::size_t t = 0; t < tensors.size(); ++t) {
-        list.push_back({{"name", tensors[t].name}, {"shape", tensors[t].shape}, {"dtype", "f32"},
-                        {"pieces", piece_lists[t]}});
-      }
-      for (std::size_t j = 0; j < sharded.size(); ++j) {
-        nlohmann::json pieces = nlohmann::json::array();
-        for (int r = 0; r < world; ++r) {
-          const std::size_t at = (static_cast<std::size_t>(r) * sharded.size() + j) * 2;
-          if (slices[at + 1] > 0) pieces.push_back({{"shard", r}, {"offset", slices[at]}, {"count", slices[at + 1]}});
-        }
-        list.push_back({{"name", sharded[j].name}, {"shape", sharded[j].shape}, {"dtype", "f32"}, {"pieces", pieces}});
-      }
-      m["tensors"] = list;
-      m[kManifestChecksumKey] = manifest_checksum(m);
-      atomic_write_file((tmp / "manifest.json").string(), m.dump(1) + "\n");  // fsyncs tmp too
-      if (fs::exists(final_dir)) {  // the same step written again (e.g. after a resume)
-        const fs::path old = root / (".step-" + std::to_string(step) + ".old");
-        fs::remove_all(old);
-        fs::rename(final_dir, old);
-        fs::rename(tmp, final_dir);
-        fs::remove_all(old);
-      } else {
-        fs::rename(tmp, final_dir);
-      }
-      // One fsync of `dir` (inside atomic_write_file) makes both renames durable. Should a
-      // crash keep the new `latest` but lose the directory rename, `latest` names a missing
-      // directory, which find_latest_checkpoint reports and skips for the previous step.
-      atomic_write_file((root / "latest").string(), step_name(step) + "\n");
-      prune(root, step, keep);
+      commit_step(at, step, keep, build_manifest(step, world, metadata, tensors, sharded, slices, digests));
     } catch (const std::exception& e) {
       error = std::string("commit: ") + e.what();
     }
   }
-  agree(comm, error, "checkpoint " + step_name(step) + " in '" + dir + "'");
+  agree(comm, error, at.what);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   comm.allreduce(&seconds, 1, coll::ReduceOp::max);
-  return CommitResult{final_dir.string(), bytes, seconds};
+  return CommitResult{at.final_dir.string(), bytes, seconds};
 }
 
 std::vector<std::string> recover_interrupted_rewrites(const std::string& dir) {
@@ -691,7 +683,7 @@ std::size_t export_checkpoint(const std::string& step_dir, const std::string& ou
     H5Lock lock;
     H5File file(HPCTRAIN_CHECK_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                                   "export '" + tmp + "': create"));
-    const H5PropList lcpl = intermediate_groups();
+    const H5PropList lcpl = detail::intermediate_group_creation();
     for (const auto& [name, shape] : checkpoint_tensor_list(m)) {
       if (name.rfind(prefix, 0) != 0) continue;
       std::vector<float> values(static_cast<std::size_t>(product(shape)));

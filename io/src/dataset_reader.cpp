@@ -1,5 +1,10 @@
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <numeric>
 #include <system_error>
@@ -53,6 +58,162 @@ H5Dataset open_for_random_reads(hid_t file, const char* name, std::size_t compre
   return H5Dataset(HPCTRAIN_CHECK_H5(H5Dopen2(file, name, dapl.get()), where + ": open"));
 }
 
+/// /samples: N x (sample dims), uint8 or float32, a finite `scale`. Fills the sample fields of
+/// `info` and returns N.
+hsize_t describe_samples(hid_t samples, const std::string& where, DatasetInfo& info) {
+  H5Dataspace space(HPCTRAIN_CHECK_H5(H5Dget_space(samples), where));
+  const std::vector<hsize_t> dims = h5_dims(space.get());
+  HPCTRAIN_REQUIRE(dims.size() >= 2,
+                   fmt::format("{}: has {} dimension(s); expected N x (sample dims), e.g. "
+                               "N x C x H x W",
+                               where, dims.size()));
+  info.count = static_cast<std::int64_t>(dims[0]);
+  info.sample_size = 1;
+  for (std::size_t i = 1; i < dims.size(); ++i) {
+    info.sample_shape.push_back(static_cast<std::int64_t>(dims[i]));
+    info.sample_size *= static_cast<std::int64_t>(dims[i]);
+  }
+  {
+    H5Type t(HPCTRAIN_CHECK_H5(H5Dget_type(samples), where));
+    const H5T_class_t c = H5Tget_class(t.get());
+    const std::size_t size = H5Tget_size(t.get());
+    if (c == H5T_INTEGER && size == 1 && H5Tget_sign(t.get()) == H5T_SGN_NONE) {
+      info.stored_type = SampleType::uint8;
+    } else if (c == H5T_FLOAT && size == 4) {
+      info.stored_type = SampleType::float32;
+    } else {
+      HPCTRAIN_FAIL(fmt::format("{}: element type is not uint8 or float32 (HDF5 class {}, {} "
+                                "bytes)",
+                                where, static_cast<int>(c), size));
+    }
+  }
+  info.scale = h5_has_attribute(samples, "scale")
+                   ? h5_read_double_attribute(samples, "scale", where)
+                   : (info.stored_type == SampleType::uint8 ? 1.0 / 255.0 : 1.0);
+  HPCTRAIN_REQUIRE(std::isfinite(info.scale),
+                   fmt::format("{}: attribute 'scale' is {}, not a finite number", where, info.scale));
+  return dims[0];
+}
+
+/// /labels: one integer (at most 32 bits) per sample.
+void check_labels_shape(hid_t labels, const std::string& where, hsize_t samples) {
+  H5Dataspace space(HPCTRAIN_CHECK_H5(H5Dget_space(labels), where));
+  const std::vector<hsize_t> dims = h5_dims(space.get());
+  HPCTRAIN_REQUIRE(dims.size() == 1, fmt::format("{}: has {} dimensions; expected 1 (N)",
+                                                 where, dims.size()));
+  HPCTRAIN_REQUIRE(dims[0] == samples,
+                   fmt::format("{}: holds {} labels but {} holds {} samples", where,
+                               dims[0], DatasetFormat::samples, samples));
+  H5Type t(HPCTRAIN_CHECK_H5(H5Dget_type(labels), where));
+  HPCTRAIN_REQUIRE(H5Tget_class(t.get()) == H5T_INTEGER && H5Tget_size(t.get()) <= 4,
+                   where + ": labels must be integers of at most 32 bits");
+}
+
+/// The root attributes: format_version, classes (required), and shape and count (when present)
+/// agreeing with /samples; source and class_names copied into `info`.
+void read_root_attributes(hid_t root, const std::string& file_where, DatasetInfo& info) {
+  if (h5_has_attribute(root, "format_version")) {
+    const std::int64_t v = h5_read_int_attribute(root, "format_version", file_where);
+    HPCTRAIN_REQUIRE(v == DatasetFormat::version,
+                     fmt::format("{}: format_version {} is not supported (this build reads {})",
+                                 file_where, v, DatasetFormat::version));
+  }
+  const std::int64_t classes = h5_read_int_attribute(root, "classes", file_where);
+  HPCTRAIN_REQUIRE(classes >= 1 && classes <= INT32_MAX,
+                   fmt::format("{}: attribute 'classes' = {} is not a positive class count",
+                               file_where, classes));
+  info.classes = static_cast<std::int32_t>(classes);
+  if (h5_has_attribute(root, "shape")) {
+    auto shape = h5_read_int_array_attribute(root, "shape", file_where);
+    HPCTRAIN_REQUIRE(shape == info.sample_shape,
+                     fmt::format("{}: attribute 'shape' = {} but {} holds samples of shape {}",
+                                 file_where, shape_string(shape), DatasetFormat::samples,
+                                 shape_string(info.sample_shape)));
+  }
+  if (h5_has_attribute(root, "count")) {
+    const std::int64_t count = h5_read_int_attribute(root, "count", file_where);
+    HPCTRAIN_REQUIRE(count == info.count,
+                     fmt::format("{}: attribute 'count' = {} but {} holds {} samples", file_where,
+                                 count, DatasetFormat::samples, info.count));
+  }
+  if (h5_has_attribute(root, "source")) {
+    info.source = h5_read_string_attribute(root, "source", file_where);
+  }
+  if (h5_has_attribute(root, "class_names")) {
+    info.class_names = h5_read_string_array_attribute(root, "class_names", file_where);
+  }
+}
+
+/// Every label lies in [0, classes), read in blocks of kLabelBlock.
+void validate_all_labels(hid_t labels, const std::string& where, hsize_t count, std::int32_t classes) {
+  std::vector<std::int32_t> block;
+  for (hsize_t first = 0; first < count; first += kLabelBlock) {
+    const hsize_t n = std::min(kLabelBlock, count - first);
+    block.resize(n);
+    H5Dataspace fs_(HPCTRAIN_CHECK_H5(H5Dget_space(labels), where));
+    HPCTRAIN_CHECK_H5(
+        H5Sselect_hyperslab(fs_.get(), H5S_SELECT_SET, &first, nullptr, &n, nullptr),
+        where);
+    H5Dataspace ms(HPCTRAIN_CHECK_H5(H5Screate_simple(1, &n, nullptr), where));
+    HPCTRAIN_CHECK_H5(H5Dread(labels, H5T_NATIVE_INT32, ms.get(), fs_.get(), H5P_DEFAULT,
+                              block.data()),
+                      where + ": read");
+    for (hsize_t i = 0; i < n; ++i) {
+      const std::int32_t l = block[i];
+      HPCTRAIN_REQUIRE(l >= 0 && l < classes,
+                       fmt::format("{}: label {} at index {} is outside [0, {}) (classes = {})",
+                                   where, l, first + i, classes, classes));
+    }
+  }
+}
+
+/// The identity of the file at `path` now; `error` (errno) when it cannot be stat'ed.
+DataFileIdentity identity_of(const std::string& path, int& error) {
+  struct stat st {};
+  DataFileIdentity id;
+  error = ::stat(path.c_str(), &st) == 0 ? 0 : errno;
+  if (error != 0) return id;
+  id.device = static_cast<std::uint64_t>(st.st_dev);
+  id.inode = static_cast<std::uint64_t>(st.st_ino);
+  id.bytes = static_cast<std::int64_t>(st.st_size);
+  id.mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = std::int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
+std::string timestamp_string(std::int64_t ns) {
+  const std::time_t s = static_cast<std::time_t>(ns / 1000000000);
+  std::tm utc{};
+  gmtime_r(&s, &utc);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &utc);
+  return fmt::format("{}.{:09d} UTC", buf, ns % 1000000000);
+}
+
+/// What differs between two identities of one path, in words ("" when nothing does).
+std::string identity_changes(const DataFileIdentity& was, const DataFileIdentity& now) {
+  std::vector<std::string> changes;
+  if (was.device != now.device || was.inode != now.inode) {
+    changes.push_back(fmt::format("it is another file now (device:inode {}:{} -> {}:{}: replaced, e.g. by mv)",
+                                  was.device, was.inode, now.device, now.inode));
+  }
+  if (was.bytes != now.bytes) {
+    changes.push_back(fmt::format("size {} -> {} bytes{}", was.bytes, now.bytes,
+                                  now.bytes < was.bytes ? " (truncated)" : ""));
+  }
+  if (was.mtime_ns != now.mtime_ns) {
+    changes.push_back(fmt::format("modification time {} -> {}", timestamp_string(was.mtime_ns),
+                                  timestamp_string(now.mtime_ns)));
+  }
+  if (changes.empty() && was.ctime_ns != now.ctime_ns) {
+    // Same size and modification time, yet changed: written with its timestamps restored
+    // (cp -p, rsync -t) or its metadata changed.
+    changes.push_back(fmt::format("status change time {} -> {} (rewritten with its timestamps kept?)",
+                                  timestamp_string(was.ctime_ns), timestamp_string(now.ctime_ns)));
+  }
+  return fmt::format("{}", fmt::join(changes, ", "));
+}
+
 }  // namespace
 
 DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
@@ -66,20 +227,34 @@ DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
                                options_.stddev));
 
   H5Lock lock;
+  open_file(file_where);
+  const std::string samples_where = file_where + " " + DatasetFormat::samples;
+  const std::string labels_where = file_where + " " + DatasetFormat::labels;
+  info_.path = path_;
+  samples_ = open_for_random_reads(file_.get(), DatasetFormat::samples,
+                                   options_.compressed_chunk_cache_bytes, samples_where);
+  const hsize_t count = describe_samples(samples_.get(), samples_where, info_);
+  labels_ = open_for_random_reads(file_.get(), DatasetFormat::labels,
+                                  options_.compressed_chunk_cache_bytes, labels_where);
+  check_labels_shape(labels_.get(), labels_where, count);
+  read_root_attributes(file_.get(), file_where, info_);
+  if (options_.validate_labels) validate_all_labels(labels_.get(), labels_where, count, info_.classes);
+}
+
+void DatasetReader::open_file(const std::string& file_where) {
   h5_quiet_errors();
   htri_t is_h5 = H5Fis_hdf5(path_.c_str());
   HPCTRAIN_REQUIRE(is_h5 > 0, file_where + ": not an HDF5 file (no HDF5 signature)");
   file_ = H5File(HPCTRAIN_CHECK_H5(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
                                    file_where + ": open"));
-
-  const std::string samples_where = file_where + " " + DatasetFormat::samples;
-  const std::string labels_where = file_where + " " + DatasetFormat::labels;
+  // What every later read checks the file against (require_unchanged).
+  int error = 0;
+  identity_ = identity_of(path_, error);
+  HPCTRAIN_REQUIRE(error == 0, fmt::format("{}: cannot stat it: {}", file_where, std::strerror(error)));
   HPCTRAIN_REQUIRE(h5_exists(file_.get(), DatasetFormat::samples),
-                   samples_where + ": dataset is missing (not an hpctrain data set?)");
+                   file_where + " " + DatasetFormat::samples + ": dataset is missing (not an hpctrain data set?)");
   HPCTRAIN_REQUIRE(h5_exists(file_.get(), DatasetFormat::labels),
-                   labels_where + ": dataset is missing");
-
-  // ---- /samples ----
+                   file_where + " " + DatasetFormat::labels + ": dataset is missing");
   H5O_info_t oinfo;
   for (const char* name : {DatasetFormat::samples, DatasetFormat::labels}) {
     HPCTRAIN_CHECK_H5(H5Oget_info_by_name(file_.get(), name, &oinfo, H5P_DEFAULT),
@@ -87,111 +262,20 @@ DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
     HPCTRAIN_REQUIRE(oinfo.type == H5O_TYPE_DATASET,
                      file_where + " " + name + ": is not a dataset");
   }
-  samples_ = open_for_random_reads(file_.get(), DatasetFormat::samples,
-                                   options_.compressed_chunk_cache_bytes, samples_where);
-  H5Dataspace sspace(HPCTRAIN_CHECK_H5(H5Dget_space(samples_.get()), samples_where));
-  std::vector<hsize_t> sdims = h5_dims(sspace.get());
-  HPCTRAIN_REQUIRE(sdims.size() >= 2,
-                   fmt::format("{}: has {} dimension(s); expected N x (sample dims), e.g. "
-                               "N x C x H x W",
-                               samples_where, sdims.size()));
-  info_.path = path_;
-  info_.count = static_cast<std::int64_t>(sdims[0]);
-  info_.sample_size = 1;
-  for (std::size_t i = 1; i < sdims.size(); ++i) {
-    info_.sample_shape.push_back(static_cast<std::int64_t>(sdims[i]));
-    info_.sample_size *= static_cast<std::int64_t>(sdims[i]);
-  }
-  {
-    H5Type t(HPCTRAIN_CHECK_H5(H5Dget_type(samples_.get()), samples_where));
-    const H5T_class_t c = H5Tget_class(t.get());
-    const std::size_t size = H5Tget_size(t.get());
-    if (c == H5T_INTEGER && size == 1 && H5Tget_sign(t.get()) == H5T_SGN_NONE) {
-      info_.stored_type = SampleType::uint8;
-    } else if (c == H5T_FLOAT && size == 4) {
-      info_.stored_type = SampleType::float32;
-    } else {
-      HPCTRAIN_FAIL(fmt::format("{}: element type is not uint8 or float32 (HDF5 class {}, {} "
-                                "bytes)",
-                                samples_where, static_cast<int>(c), size));
-    }
-  }
-  info_.scale = h5_has_attribute(samples_.get(), "scale")
-                    ? h5_read_double_attribute(samples_.get(), "scale", samples_where)
-                    : (info_.stored_type == SampleType::uint8 ? 1.0 / 255.0 : 1.0);
-  HPCTRAIN_REQUIRE(std::isfinite(info_.scale),
-                   fmt::format("{}: attribute 'scale' is {}, not a finite number", samples_where, info_.scale));
+}
 
-  // ---- /labels ----
-  labels_ = open_for_random_reads(file_.get(), DatasetFormat::labels,
-                                  options_.compressed_chunk_cache_bytes, labels_where);
-  H5Dataspace lspace(HPCTRAIN_CHECK_H5(H5Dget_space(labels_.get()), labels_where));
-  std::vector<hsize_t> ldims = h5_dims(lspace.get());
-  HPCTRAIN_REQUIRE(ldims.size() == 1, fmt::format("{}: has {} dimensions; expected 1 (N)",
-                                                  labels_where, ldims.size()));
-  HPCTRAIN_REQUIRE(ldims[0] == sdims[0],
-                   fmt::format("{}: holds {} labels but {} holds {} samples", labels_where,
-                               ldims[0], DatasetFormat::samples, sdims[0]));
-  {
-    H5Type t(HPCTRAIN_CHECK_H5(H5Dget_type(labels_.get()), labels_where));
-    HPCTRAIN_REQUIRE(H5Tget_class(t.get()) == H5T_INTEGER && H5Tget_size(t.get()) <= 4,
-                     labels_where + ": labels must be integers of at most 32 bits");
+void DatasetReader::require_unchanged() const {
+  int error = 0;
+  const DataFileIdentity now = identity_of(path_, error);
+  if (error != 0) {
+    HPCTRAIN_FAIL(fmt::format("data set '{}' changed while this job reads it: it cannot be stat'ed any more "
+                              "({}: removed?); the run stops rather than train on other data",
+                              path_, std::strerror(error)));
   }
-
-  // ---- root attributes ----
-  const hid_t root = file_.get();
-  if (h5_has_attribute(root, "format_version")) {
-    const std::int64_t v = h5_read_int_attribute(root, "format_version", file_where);
-    HPCTRAIN_REQUIRE(v == DatasetFormat::version,
-                     fmt::format("{}: format_version {} is not supported (this build reads {})",
-                                 file_where, v, DatasetFormat::version));
-  }
-  const std::int64_t classes = h5_read_int_attribute(root, "classes", file_where);
-  HPCTRAIN_REQUIRE(classes >= 1 && classes <= INT32_MAX,
-                   fmt::format("{}: attribute 'classes' = {} is not a positive class count",
-                               file_where, classes));
-  info_.classes = static_cast<std::int32_t>(classes);
-  if (h5_has_attribute(root, "shape")) {
-    auto shape = h5_read_int_array_attribute(root, "shape", file_where);
-    HPCTRAIN_REQUIRE(shape == info_.sample_shape,
-                     fmt::format("{}: attribute 'shape' = {} but {} holds samples of shape {}",
-                                 file_where, shape_string(shape), DatasetFormat::samples,
-                                 shape_string(info_.sample_shape)));
-  }
-  if (h5_has_attribute(root, "count")) {
-    const std::int64_t count = h5_read_int_attribute(root, "count", file_where);
-    HPCTRAIN_REQUIRE(count == info_.count,
-                     fmt::format("{}: attribute 'count' = {} but {} holds {} samples", file_where,
-                                 count, DatasetFormat::samples, info_.count));
-  }
-  if (h5_has_attribute(root, "source")) {
-    info_.source = h5_read_string_attribute(root, "source", file_where);
-  }
-  if (h5_has_attribute(root, "class_names")) {
-    info_.class_names = h5_read_string_array_attribute(root, "class_names", file_where);
-  }
-
-  // ---- every label in range ----
-  if (options_.validate_labels) {
-    std::vector<std::int32_t> block;
-    for (hsize_t first = 0; first < ldims[0]; first += kLabelBlock) {
-      const hsize_t n = std::min(kLabelBlock, ldims[0] - first);
-      block.resize(n);
-      H5Dataspace fs_(HPCTRAIN_CHECK_H5(H5Dget_space(labels_.get()), labels_where));
-      HPCTRAIN_CHECK_H5(
-          H5Sselect_hyperslab(fs_.get(), H5S_SELECT_SET, &first, nullptr, &n, nullptr),
-          labels_where);
-      H5Dataspace ms(HPCTRAIN_CHECK_H5(H5Screate_simple(1, &n, nullptr), labels_where));
-      HPCTRAIN_CHECK_H5(H5Dread(labels_.get(), H5T_NATIVE_INT32, ms.get(), fs_.get(), H5P_DEFAULT,
-                                block.data()),
-                        labels_where + ": read");
-      for (hsize_t i = 0; i < n; ++i) {
-        const std::int32_t l = block[i];
-        HPCTRAIN_REQUIRE(l >= 0 && l < info_.classes,
-                         fmt::format("{}: label {} at index {} is outside [0, {}) (classes = {})",
-                                     labels_where, l, first + i, info_.classes, info_.classes));
-      }
-    }
+  if (!(now == identity_)) {
+    HPCTRAIN_FAIL(fmt::format("data set '{}' changed while this job reads it: {}; the run stops rather than "
+                              "train on other data (replace a data file only between runs)",
+                              path_, identity_changes(identity_, now)));
   }
 }
 
@@ -208,6 +292,7 @@ DatasetReader& DatasetReader::operator=(DatasetReader&& other) noexcept {
     samples_ = std::move(other.samples_);
     labels_ = std::move(other.labels_);
     file_ = std::move(other.file_);
+    identity_ = other.identity_;
   }
   return *this;
 }
@@ -233,6 +318,85 @@ void DatasetReader::require_compatible(const std::vector<std::int64_t>& input_sh
                                DatasetFormat::labels, info_.classes, classes));
 }
 
+namespace {
+
+/// `indices` sorted, without repeats, each checked to lie in [0, count): HDF5 returns a
+/// selection in file order, and OR'ing the same block twice selects it once.
+std::vector<std::int64_t> sorted_unique(const std::vector<std::int64_t>& indices, std::int64_t count,
+                                        const std::string& where) {
+  std::vector<std::int64_t> order(indices);
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  HPCTRAIN_REQUIRE(order.front() >= 0 && order.back() < count,
+                   fmt::format("{}: sample index {} is not in [0, {})", where,
+                               order.front() < 0 ? order.front() : order.back(), count));
+  return order;
+}
+
+}  // namespace
+
+/// Samples as stored, in the order of the sorted indices: uint8 or float32, one of the two used.
+struct DatasetReader::StoredSamples {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> floats;
+  std::vector<std::int32_t> labels;
+};
+
+void DatasetReader::read_sorted(const std::vector<std::int64_t>& order, StoredSamples& out) const {
+  const std::string samples_where = fmt::format("data set '{}' {}", path_, DatasetFormat::samples);
+  const std::string labels_where = fmt::format("data set '{}' {}", path_, DatasetFormat::labels);
+  const std::size_t m = order.size();
+  const auto sample_size = static_cast<std::size_t>(info_.sample_size);
+  const bool bytes = info_.stored_type == SampleType::uint8;
+  out.labels.resize(m);
+  if (bytes) {
+    out.bytes.resize(m * sample_size);
+  } else {
+    out.floats.resize(m * sample_size);
+  }
+  H5Lock lock;
+  // One H5Dread per run of consecutive indices, with a memory space of the same shape as the
+  // file block. Measured with HDF5 1.10.8 on Fashion-MNIST (60000 x 1 x 28 x 28, random
+  // batches): ~2 us per sample this way, against ~50-70 us per sample for one read of an
+  // OR'ed multi-block selection (or any read whose memory and file selections differ in
+  // shape): HDF5 then leaves its contiguous fast path, and building an OR'ed selection
+  // grows quadratically with the number of blocks.
+  H5Dataspace fspace(HPCTRAIN_CHECK_H5(H5Dget_space(samples_.get()), samples_where));
+  H5Dataspace lspace(HPCTRAIN_CHECK_H5(H5Dget_space(labels_.get()), labels_where));
+  const std::size_t rank = info_.sample_shape.size() + 1;
+  std::vector<hsize_t> start(rank, 0), block(rank);
+  for (std::size_t d = 1; d < rank; ++d) block[d] = static_cast<hsize_t>(info_.sample_shape[d - 1]);
+  for (std::size_t i = 0; i < m;) {
+    std::size_t j = i + 1;
+    while (j < m && order[j] == order[j - 1] + 1) ++j;
+    start[0] = static_cast<hsize_t>(order[i]);
+    block[0] = static_cast<hsize_t>(j - i);
+    HPCTRAIN_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                          block.data(), nullptr),
+                      samples_where + ": select samples");
+    H5Dataspace mspace(HPCTRAIN_CHECK_H5(
+        H5Screate_simple(static_cast<int>(rank), block.data(), nullptr), samples_where));
+    if (bytes) {
+      HPCTRAIN_CHECK_H5(H5Dread(samples_.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(),
+                                H5P_DEFAULT, out.bytes.data() + i * sample_size),
+                        samples_where + ": read");
+    } else {
+      HPCTRAIN_CHECK_H5(H5Dread(samples_.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(),
+                                H5P_DEFAULT, out.floats.data() + i * sample_size),
+                        samples_where + ": read");
+    }
+    HPCTRAIN_CHECK_H5(H5Sselect_hyperslab(lspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                          block.data(), nullptr),
+                      labels_where + ": select labels");
+    H5Dataspace lmspace(HPCTRAIN_CHECK_H5(H5Screate_simple(1, block.data(), nullptr),
+                                          labels_where));
+    HPCTRAIN_CHECK_H5(H5Dread(labels_.get(), H5T_NATIVE_INT32, lmspace.get(), lspace.get(),
+                              H5P_DEFAULT, out.labels.data() + i),
+                      labels_where + ": read");
+    i = j;
+  }
+}
+
 void DatasetReader::read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
                          std::vector<std::int32_t>& labels) const {
   const std::string samples_where = fmt::format("data set '{}' {}", path_, DatasetFormat::samples);
@@ -243,84 +407,32 @@ void DatasetReader::read(const std::vector<std::int64_t>& indices, std::vector<f
   samples.resize(n * sample_size);
   labels.resize(n);
   if (n == 0) return;
-
-  // Sorted, unique indices: HDF5 returns a selection in file order, and OR'ing the same block
-  // twice selects it once.
-  std::vector<std::int64_t> order(indices);
-  std::sort(order.begin(), order.end());
-  order.erase(std::unique(order.begin(), order.end()), order.end());
-  HPCTRAIN_REQUIRE(order.front() >= 0 && order.back() < info_.count,
-                   fmt::format("{}: sample index {} is not in [0, {})", samples_where,
-                               order.front() < 0 ? order.front() : order.back(), info_.count));
-  const std::size_t m = order.size();
-
-  std::vector<std::int32_t> sorted_labels(m);
-  std::vector<std::uint8_t> sorted_bytes;
-  std::vector<float> sorted_floats;
-  const bool bytes = info_.stored_type == SampleType::uint8;
-  (bytes ? static_cast<void>(sorted_bytes.resize(m * sample_size))
-         : static_cast<void>(sorted_floats.resize(m * sample_size)));
-  {
-    H5Lock lock;
-    // One H5Dread per run of consecutive indices, with a memory space of the same shape as the
-    // file block. Measured with HDF5 1.10.8 on Fashion-MNIST (60000 x 1 x 28 x 28, random
-    // batches): ~2 us per sample this way, against ~50-70 us per sample for one read of an
-    // OR'ed multi-block selection (or any read whose memory and file selections differ in
-    // shape): HDF5 then leaves its contiguous fast path, and building an OR'ed selection
-    // grows quadratically with the number of blocks.
-    H5Dataspace fspace(HPCTRAIN_CHECK_H5(H5Dget_space(samples_.get()), samples_where));
-    H5Dataspace lspace(HPCTRAIN_CHECK_H5(H5Dget_space(labels_.get()), labels_where));
-    const std::size_t rank = info_.sample_shape.size() + 1;
-    std::vector<hsize_t> start(rank, 0), block(rank);
-    for (std::size_t d = 1; d < rank; ++d) block[d] = static_cast<hsize_t>(info_.sample_shape[d - 1]);
-    for (std::size_t i = 0; i < m;) {
-      std::size_t j = i + 1;
-      while (j < m && order[j] == order[j - 1] + 1) ++j;
-      start[0] = static_cast<hsize_t>(order[i]);
-      block[0] = static_cast<hsize_t>(j - i);
-      HPCTRAIN_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                            block.data(), nullptr),
-                        samples_where + ": select samples");
-      H5Dataspace mspace(HPCTRAIN_CHECK_H5(
-          H5Screate_simple(static_cast<int>(rank), block.data(), nullptr), samples_where));
-      if (bytes) {
-        HPCTRAIN_CHECK_H5(H5Dread(samples_.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(),
-                                  H5P_DEFAULT, sorted_bytes.data() + i * sample_size),
-                          samples_where + ": read");
-      } else {
-        HPCTRAIN_CHECK_H5(H5Dread(samples_.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(),
-                                  H5P_DEFAULT, sorted_floats.data() + i * sample_size),
-                          samples_where + ": read");
-      }
-      HPCTRAIN_CHECK_H5(H5Sselect_hyperslab(lspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                            block.data(), nullptr),
-                        labels_where + ": select labels");
-      H5Dataspace lmspace(HPCTRAIN_CHECK_H5(H5Screate_simple(1, block.data(), nullptr),
-                                            labels_where));
-      HPCTRAIN_CHECK_H5(H5Dread(labels_.get(), H5T_NATIVE_INT32, lmspace.get(), lspace.get(),
-                                H5P_DEFAULT, sorted_labels.data() + i),
-                        labels_where + ": read");
-      i = j;
-    }
-  }
+  const std::vector<std::int64_t> order = sorted_unique(indices, info_.count, samples_where);
+  // The file must be the one opened, before and after the reads: a batch read while the file
+  // was truncated or rewritten is refused, not delivered (two stat calls per batch).
+  require_unchanged();
+  StoredSamples stored;
+  read_sorted(order, stored);
+  require_unchanged();
 
   // Back to the requested order, normalised: x = (v * scale - mean) / stddev.
   const float scale = static_cast<float>(info_.scale) / options_.stddev;
   const float shift = options_.mean / options_.stddev;
+  const bool bytes = info_.stored_type == SampleType::uint8;
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t pos = static_cast<std::size_t>(
         std::lower_bound(order.begin(), order.end(), indices[k]) - order.begin());
-    const std::int32_t l = sorted_labels[pos];
+    const std::int32_t l = stored.labels[pos];
     HPCTRAIN_REQUIRE(l >= 0 && l < info_.classes,
                      fmt::format("{}: label {} at index {} is outside [0, {})", labels_where, l,
                                  indices[k], info_.classes));
     labels[k] = l;
     float* dst = samples.data() + k * sample_size;
     if (bytes) {
-      const std::uint8_t* src = sorted_bytes.data() + pos * sample_size;
+      const std::uint8_t* src = stored.bytes.data() + pos * sample_size;
       for (std::size_t e = 0; e < sample_size; ++e) dst[e] = static_cast<float>(src[e]) * scale - shift;
     } else {
-      const float* src = sorted_floats.data() + pos * sample_size;
+      const float* src = stored.floats.data() + pos * sample_size;
       bool finite = true;  // accumulated without a branch, so the loop stays vectorised
       for (std::size_t e = 0; e < sample_size; ++e) {
         dst[e] = src[e] * scale - shift;

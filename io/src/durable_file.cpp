@@ -66,6 +66,16 @@ void start_writeback(int fd) noexcept {
 #endif
 }
 
+void start_writeback(int fd, std::uint64_t offset, std::uint64_t bytes) noexcept {
+#if defined(__linux__)
+  (void)::sync_file_range(fd, static_cast<off64_t>(offset), static_cast<off64_t>(bytes), SYNC_FILE_RANGE_WRITE);
+#else
+  (void)fd;
+  (void)offset;
+  (void)bytes;
+#endif
+}
+
 void atomic_write_file(const std::string& path, const std::string& content) {
   const std::filesystem::path target(path);
   const std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmp")).string();

@@ -171,6 +171,62 @@ PY
     expect_output "hpctrain: --overwrite-checkpoints: removed 2 checkpoint entries of an earlier run from '$ck'"
     [[ -d $ck/step-1 && ! -e $ck/step-2 && "$(cat "$ck/latest")" == step-1 ]] || fail "not started afresh: $(ls -A "$ck")"
     ;;
+  data_truncated | data_rewritten | data_replaced)
+    # The data file changes under a running job (a copy of the data set, so the fixture stays
+    # intact): truncated, rewritten in place by cp (same bytes, new modification time), or
+    # replaced by another file with mv. Before the fix the run went on reading zeros (or the
+    # old inode) and exited 0; now the next batch read names the file and the change, once,
+    # and every rank exits 1. The run streams from the file (--data-in-memory-mib 0): a training
+    # split held in memory is read once at the start, so a later change cannot reach it.
+    copy=$work/data.h5 log=$work/change.log
+    cp "$data" "$copy"
+    start=$(date +%s)
+    HPCTRAIN_TEST_RUN=$work timeout -k 5 120 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$copy" \
+      --no-eval --global-batch 32 --epochs 1000 --log-every 1 --data-in-memory-mib 0 > "$log" 2>&1 &
+    job=$!
+    for _ in $(seq 1 1200); do grep -q 'step ' "$log" 2>/dev/null && break; sleep 0.1; done
+    grep -q 'step ' "$log" || { kill -KILL "$job"; cat "$log"; fail "the run printed no progress"; }
+    case $scenario in
+      data_truncated) truncate -s 5000 "$copy"; what="size [0-9]+ -> 5000 bytes \(truncated\)" ;;
+      data_rewritten) sleep 0.05; cp "$data" "$copy"; what="modification time .* -> " ;;
+      data_replaced) cp "$data" "$work/other.h5"; mv "$work/other.h5" "$copy"; what="it is another file now \(device:inode [0-9]+:[0-9]+ -> [0-9]+:[0-9]+" ;;
+    esac
+    wait "$job"
+    rc=$?
+    out=$(cat "$log")
+    printf '%s\n[exit %d after %d s]\n' "$(tail -n 12 "$log")" "$rc" "$(($(date +%s) - start))"
+    [[ $rc -ne 124 && $rc -ne 137 ]] || fail "the job did not end within 120 s of the change (a hang)"
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank [01]: data set '$copy' changed while this job reads it: $what.*the run stops rather than train on other data"
+    ;;
+  memory_model_too_large)
+    # A CNN with 99x99 kernels at a global batch of 2048 on the portable convolution: its
+    # im2col workspace alone is hundreds of GiB per rank. Refused before the first batch,
+    # naming the estimate and what the node has, instead of the OOM killer. Then the default model with the available
+    # memory overridden to 1 MiB: the check applies to any model.
+    printf '{"name": "cnn", "kernel": 99}\n' > "$work/k99.json"
+    run 60 env HPCTRAIN_CONV_BACKEND=portable "${train[@]}" --model "$work/k99.json" --global-batch 2048 --max-steps 1
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated [0-9.]+ [GTP]iB of memory per rank \(parameters [0-9.]+ MiB, .*convolution workspace [0-9.]+ [GTP]iB \(portable\).*batch 1024 per rank\), [0-9.]+ [GTP]iB for the 2 ranks on this node, more than the [0-9.]+ [MGT]iB available on this node \((MemAvailable in /proc/meminfo|cgroup limit .*)"
+    run 60 env HPCTRAIN_MEMORY_AVAILABLE_BYTES=1048576 "${train[@]}" --max-steps 1
+    [[ $rc -eq 1 ]] || fail "small memory: exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated .* more than the [0-9.]+ MiB available on this node \(HPCTRAIN_MEMORY_AVAILABLE_BYTES, plus the"
+    ;;
+  memory_bench_sizes)
+    # Benchmark sizes beyond the memory available are refused before anything is allocated.
+    # The available memory is set to 8 GiB, so the outcome does not depend on the machine.
+    bench_dir=$(dirname "$hpctrain")
+    export HPCTRAIN_MEMORY_AVAILABLE_BYTES=$((8 << 30))
+    run 60 "$mpiexec" -n 2 --oversubscribe "$bench_dir/bench_allreduce" --max_bytes=64G --algorithms=ring
+    [[ $rc -eq 1 ]] || fail "bench_allreduce: exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: --max_bytes=64.0 GiB: the send, receive and scratch buffers of 64.0 GiB each need 192.0 GiB per rank, 384.0 GiB for the 2 ranks on this node, more than the 8.0 GiB available \(HPCTRAIN_MEMORY_AVAILABLE_BYTES\); refused before allocating"
+    run 60 "$mpiexec" -n 2 --oversubscribe "$bench_dir/bench_checkpoint" --sizes=64M,4G --dir="$work"
+    [[ $rc -eq 2 ]] || fail "bench_checkpoint: exit status $rc, expected 2"
+    expect_one_error "^hpctrain: error: rank 0: --sizes=4.0 GiB: the replicated state and its read-back copy need 12.0 GiB per rank, 24.0 GiB for the 2 ranks"
+    # A size that fits still runs (the check does not refuse everything).
+    run 60 "$mpiexec" -n 2 --oversubscribe "$bench_dir/bench_allreduce" --min_bytes=1K --max_bytes=4K --algorithms=ring --iters=2
+    [[ $rc -eq 0 ]] || fail "bench_allreduce at 4 KiB: exit status $rc, expected 0"
+    ;;
   *) fail "unknown scenario" ;;
 esac
 echo "PASS [$scenario]"

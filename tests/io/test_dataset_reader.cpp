@@ -2,7 +2,10 @@
 // kind of bad file with a message naming the file, the dataset and the reason.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
 #include <functional>
+#include <thread>
 
 #include "hpctrain/io/dataset.hpp"
 #include "io_test_support.hpp"
@@ -203,4 +206,63 @@ TEST(DatasetReader, RequireCompatibleWithModel) {
   } catch (const hpctrain::Error& e) {
     EXPECT_CONTAINS(e.what(), "10 classes but the model has 5 outputs");
   }
+}
+
+// A file changed under an open reader: the next read names the file and the change.
+namespace {
+std::string read_error(const io::DatasetReader& r) {
+  std::vector<float> s;
+  std::vector<std::int32_t> l;
+  try {
+    r.read({0, 1}, s, l);
+  } catch (const hpctrain::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(DatasetReaderChangedFile, TruncatedWhileOpen) {
+  TempDir dir;
+  const std::string path = dir.file("raw.h5");
+  io::test::write_dataset_file(path, RawDataset{});
+  const io::DatasetReader r(path);
+  EXPECT_EQ(read_error(r), "");
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, 5000);
+  const std::string msg = read_error(r);
+  EXPECT_CONTAINS(msg, "data set '" + path + "' changed while this job reads it: size " + std::to_string(size) +
+                           " -> 5000 bytes (truncated)");
+}
+
+TEST(DatasetReaderChangedFile, ReplacedByAnotherFile) {
+  TempDir dir;
+  const std::string path = dir.file("raw.h5"), other = dir.file("other.h5");
+  io::test::write_dataset_file(path, RawDataset{});
+  const io::DatasetReader r(path);
+  io::test::write_dataset_file(other, RawDataset{});
+  std::filesystem::rename(other, path);
+  EXPECT_CONTAINS(read_error(r), "it is another file now (device:inode ");
+}
+
+TEST(DatasetReaderChangedFile, RewrittenWithItsTimestampsKept) {
+  // Same size, same modification time (cp -p): the status-change time still moves.
+  TempDir dir;
+  const std::string path = dir.file("raw.h5");
+  io::test::write_dataset_file(path, RawDataset{});
+  const auto mtime = std::filesystem::last_write_time(path);
+  const io::DatasetReader r(path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the file system's clock tick
+  std::filesystem::permissions(path, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  std::filesystem::last_write_time(path, mtime);
+  EXPECT_CONTAINS(read_error(r), "status change time ");
+}
+
+TEST(DatasetReaderChangedFile, Removed) {
+  TempDir dir;
+  const std::string path = dir.file("raw.h5");
+  io::test::write_dataset_file(path, RawDataset{});
+  const io::DatasetReader r(path);
+  std::filesystem::remove(path);
+  EXPECT_CONTAINS(read_error(r), "data set '" + path + "' changed while this job reads it: it cannot be stat'ed any more");
 }

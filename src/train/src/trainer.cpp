@@ -21,6 +21,7 @@
 #include "hpctrain/io/epoch_plan.hpp"
 #include "hpctrain/io/in_memory_dataset.hpp"
 #include "hpctrain/io/prefetcher.hpp"
+#include "hpctrain/io/system_memory.hpp"
 #include "hpctrain/models/registry.hpp"
 #include "hpctrain/train/bucketed_allreduce_sync.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
@@ -139,6 +140,19 @@ std::unique_ptr<models::Sequential<float>> build_checked_model(const TrainOption
   train.require_compatible(model->input_shape(), classes);
   if (eval) eval->require_compatible(model->input_shape(), classes);
   return model;
+}
+
+/// Whether to copy the training split into memory: when its samples take at most
+/// --data-in-memory-mib per rank and, with the run's other memory, the node's ranks would use at
+/// most half of what the node (or cgroup) has available; otherwise it streams from the file.
+/// Either way the values, and so the results, are the same.
+bool training_split_fits_in_memory(const TrainOptions& o, const io::DatasetInfo& data, const MemoryEstimate& memory,
+                                   int ranks_on_node) {
+  const std::uint64_t bytes = io::InMemoryDataset::bytes_needed(data);
+  if (bytes > (static_cast<std::uint64_t>(o.data_in_memory_mib) << 20)) return false;
+  const io::AvailableMemory available = io::available_memory();
+  if (!available.known()) return true;
+  return (memory.total() + bytes) * static_cast<std::uint64_t>(std::max(ranks_on_node, 1)) <= available.bytes / 2;
 }
 
 /// Optimiser steps of the run: ceil(batches per epoch / accumulate) per epoch, capped by --max-steps.
@@ -295,8 +309,14 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   std::optional<io::DatasetReader> eval_reader;
   if (!o.eval_data.empty()) eval_reader.emplace(o.eval_data, read_options);
   const auto model = build_checked_model(o, reader, eval_reader);
+  MemoryEstimate memory = estimate_training_memory(*model, o, comm.size(), eval_reader.has_value());
+  const int ranks_on_node = compute_threads().ranks_on_node;
+  const bool hold_in_memory = training_split_fits_in_memory(o, reader.info(), memory, ranks_on_node);
+  if (hold_in_memory) memory.data += io::InMemoryDataset::bytes_needed(reader.info());
+  // Before the first batch allocates activations and convolution workspace.
+  require_memory_fits(comm, memory, ranks_on_node);
   std::optional<io::InMemoryDataset> in_memory;
-  if (io::InMemoryDataset::bytes_needed(reader.info()) <= (o.data_in_memory_mib << 20)) in_memory.emplace(reader);
+  if (hold_in_memory) in_memory.emplace(reader);
   const io::SampleSource& train_source = in_memory ? static_cast<const io::SampleSource&>(*in_memory) : reader;
 
   comm.barrier();  // common origin for the timeline

@@ -75,6 +75,21 @@ class SampleSource {
                     std::vector<std::int32_t>& labels) const = 0;
 };
 
+/// What identifies a data file's contents on disk without reading them: where it lives (device,
+/// inode), its size, its modification time and its status-change time (which also moves when
+/// the file is rewritten with its timestamps restored, as `cp -p` does).
+struct DataFileIdentity {
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+  std::int64_t bytes = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+  friend bool operator==(const DataFileIdentity& a, const DataFileIdentity& b) noexcept {
+    return a.device == b.device && a.inode == b.inode && a.bytes == b.bytes && a.mtime_ns == b.mtime_ns &&
+           a.ctime_ns == b.ctime_ns;
+  }
+};
+
 /// Reads samples of an hpctrain data set file by global index.
 ///
 /// Every rank opens the file itself, read-only, with HDF5's default (POSIX) file driver, and
@@ -114,11 +129,20 @@ class DatasetReader final : public SampleSource {
   /// The indices are sorted and deduplicated; each run of consecutive indices is one hyperslab
   /// read per dataset (measured ~25x faster per sample than one read of an OR'ed multi-block
   /// selection with HDF5 1.10.8); the result is put back into the requested order in memory.
+  ///
+  /// The file must still be the one opened (DataFileIdentity, checked with stat before and after
+  /// the reads): a file truncated, rewritten (`cp`) or replaced (`mv`) under a running job
+  /// throws hpctrain::Error naming the file and what changed, instead of yielding other data.
   void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
             std::vector<std::int32_t>& labels) const override;
 
  private:
+  struct StoredSamples;
   void close() noexcept;
+  void open_file(const std::string& file_where);
+  void read_sorted(const std::vector<std::int64_t>& order, StoredSamples& out) const;
+  /// Throws naming the file and what changed unless it still has the identity recorded at open.
+  void require_unchanged() const;
 
   std::string path_;
   DatasetReaderOptions options_;
@@ -126,6 +150,7 @@ class DatasetReader final : public SampleSource {
   H5File file_;
   H5Dataset samples_;
   H5Dataset labels_;
+  DataFileIdentity identity_;  ///< recorded when the file was opened
 };
 
 }  // namespace hpctrain::io

@@ -16,6 +16,8 @@ void fsync_path(const std::string& path, bool directory, bool required = false);
 /// (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`; a no-op elsewhere and on failure). A later
 /// fsync then has less left to wait for, and work done meanwhile overlaps the device's.
 void start_writeback(int fd) noexcept;
+/// The same for the bytes [offset, offset + bytes) only.
+void start_writeback(int fd, std::uint64_t offset, std::uint64_t bytes) noexcept;
 
 /// Replaces `path` with `content` atomically: readers see the old or the new file, never a mix.
 void atomic_write_file(const std::string& path, const std::string& content);
