@@ -27,6 +27,7 @@
 #include "hpctrain/train/exact_sum_sync.hpp"
 #include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/train/gradient_sync.hpp"
+#include "hpctrain/train/memory_check.hpp"
 #include "hpctrain/train/output_checks.hpp"
 #include "hpctrain/train/zero_sync.hpp"
 #include "progress_report.hpp"
