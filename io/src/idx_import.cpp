@@ -35,6 +35,12 @@ const char* idx_type_name(int t) {
   }
 }
 
+/// gzclose as a deleter: the zlib stream (and its file descriptor) is closed however the
+/// IdxFile ends, including a constructor that throws on a bad header.
+struct GzClose {
+  void operator()(gzFile f) const noexcept { gzclose(f); }
+};
+
 /// One IDX file opened through zlib (gzip or plain), header parsed.
 class IdxFile {
  public:
@@ -42,7 +48,7 @@ class IdxFile {
     std::error_code ec;
     if (!fs::exists(path_, ec)) fail("no such file");
     if (fs::is_directory(path_, ec)) fail("is a directory, not a file");
-    gz_ = gzopen(path_.c_str(), "rb");
+    gz_.reset(gzopen(path_.c_str(), "rb"));
     if (!gz_) fail(fmt::format("cannot open: {}", std::strerror(errno)));
     unsigned char magic[4];
     read_exact(magic, 4, "the 4-byte magic number");
@@ -62,9 +68,6 @@ class IdxFile {
       if (d > static_cast<std::uint32_t>(INT32_MAX)) fail(fmt::format("dimension {} is {}", i, d));
       dims_.push_back(static_cast<std::int64_t>(d));
     }
-  }
-  ~IdxFile() {
-    if (gz_) gzclose(gz_);
   }
   IdxFile(const IdxFile&) = delete;
   IdxFile& operator=(const IdxFile&) = delete;
@@ -86,10 +89,10 @@ class IdxFile {
     std::size_t done = 0;
     while (done < n) {
       unsigned want = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
-      int got = gzread(gz_, p + done, want);
+      int got = gzread(gz_.get(), p + done, want);
       if (got < 0) {
         int err = 0;
-        const char* msg = gzerror(gz_, &err);
+        const char* msg = gzerror(gz_.get(), &err);
         fail(fmt::format("read error in {}: {}", what, msg ? msg : "unknown zlib error"));
       }
       if (got == 0) {
@@ -104,13 +107,13 @@ class IdxFile {
   /// After the last element: anything left is an error (a wrong header or a concatenation).
   void require_end() {
     unsigned char extra;
-    int got = gzread(gz_, &extra, 1);
+    int got = gzread(gz_.get(), &extra, 1);
     if (got > 0) {
       fail(fmt::format("trailing data after the {} bytes the header describes", consumed_));
     }
     if (got < 0) {
       int err = 0;
-      const char* msg = gzerror(gz_, &err);
+      const char* msg = gzerror(gz_.get(), &err);
       fail(fmt::format("read error at the end of the file: {}", msg ? msg : "unknown"));
     }
   }
@@ -122,7 +125,7 @@ class IdxFile {
  private:
   std::string path_;
   const char* role_;
-  gzFile gz_ = nullptr;
+  std::unique_ptr<gzFile_s, GzClose> gz_;
   int type_ = 0;
   std::vector<std::int64_t> dims_;
   std::size_t consumed_ = 0;
