@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -22,6 +23,9 @@ namespace {
 
 // IDX type byte for unsigned bytes, the only element type MNIST-style data sets use.
 constexpr int kIdxUnsignedByte = 0x08;
+// Deflate expands at most 1032:1 (a 258-byte match per 2 bits), so a gzip file of B bytes
+// decompresses to at most 1032 B: the bound that catches a header claiming absurd sizes.
+constexpr std::uint64_t kMaxDeflateRatio = 1032;
 
 const char* idx_type_name(int t) {
   switch (t) {
@@ -48,6 +52,8 @@ class IdxFile {
     std::error_code ec;
     if (!fs::exists(path_, ec)) fail("no such file");
     if (fs::is_directory(path_, ec)) fail("is a directory, not a file");
+    const auto size = fs::file_size(path_, ec);
+    file_bytes_ = ec ? UINT64_MAX : static_cast<std::uint64_t>(size);  // not a regular file: no bound
     gz_.reset(gzopen(path_.c_str(), "rb"));
     if (!gz_) fail(fmt::format("cannot open: {}", std::strerror(errno)));
     unsigned char magic[4];
@@ -80,6 +86,21 @@ class IdxFile {
     if (type_ != type) {
       fail(fmt::format("IDX type byte 0x{:02x} ({}), expected 0x{:02x} ({})", type_,
                        idx_type_name(type_), type, idx_type_name(type)));
+    }
+  }
+
+  /// Refuses a header that describes `n` x `size` bytes of `what` when the file cannot hold them,
+  /// before anything that size is allocated: a plain file holds at most its own size, a gzip
+  /// file at most 1032 times it (deflate's largest expansion).
+  void require_room_for(std::int64_t n, std::int64_t size, const std::string& what) const {
+    const std::uint64_t room =
+        gzdirect(gz_.get()) ? file_bytes_
+        : file_bytes_ > UINT64_MAX / kMaxDeflateRatio ? UINT64_MAX : file_bytes_ * kMaxDeflateRatio;
+    if (n > 0 && size > 0 &&
+        static_cast<std::uint64_t>(n) > room / static_cast<std::uint64_t>(size)) {
+      fail(fmt::format("truncated or a wrong header: it describes {} x {} bytes of {}, more than "
+                       "a {}-byte {} file can hold",
+                       n, size, what, file_bytes_, gzdirect(gz_.get()) ? "plain" : "gzip"));
     }
   }
 
@@ -129,6 +150,7 @@ class IdxFile {
   int type_ = 0;
   std::vector<std::int64_t> dims_;
   std::size_t consumed_ = 0;
+  std::uint64_t file_bytes_ = UINT64_MAX;
 };
 
 /// Removes the file at `path` when destroyed, unless committed.
@@ -194,6 +216,7 @@ std::vector<std::uint8_t> read_idx_labels(const std::string& labels_path) {
                                  labels_file.dims().size()));
   }
   const std::int64_t n_labels = labels_file.dims()[0];
+  labels_file.require_room_for(n_labels, 1, "labels");
   std::vector<std::uint8_t> raw_labels(static_cast<std::size_t>(n_labels));
   labels_file.read_exact(raw_labels.data(), raw_labels.size(), "the labels");
   labels_file.require_end();
@@ -239,6 +262,7 @@ ImportShape check_images_header(const IdxFile& images_file, std::int64_t n_label
   shape.count = options.limit > 0 ? std::min(options.limit, shape.n_images) : shape.n_images;
   HPCTRAIN_REQUIRE(shape.count > 0, fmt::format("import-idx: images file '{}' holds no samples",
                                                 images_path));
+  images_file.require_room_for(shape.count, shape.sample_size, "pixels");
   return shape;
 }
 
