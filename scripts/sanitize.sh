@@ -52,7 +52,8 @@ configure_and_build() {
     -DHPCTRAIN_SANITIZE="$sanitize" -DHPCTRAIN_FUZZ=$fuzz -DHPCTRAIN_ENABLE_UCX=OFF \
     -DHPCTRAIN_ENABLE_BENCHMARKS=OFF -DHPCTRAIN_TEST_KOKKOS_OPENMP=OFF > "$dir.configure.log" \
     || { cat "$dir.configure.log"; exit 1; }
-  cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+  # HPCTRAIN_SANITIZE_MAKE_ARGS: extra build-tool arguments, e.g. -k to see every error at once.
+  cmake --build "$dir" -j "$jobs" --target "${targets[@]}" -- ${HPCTRAIN_SANITIZE_MAKE_ARGS:-}
 }
 
 run_tests() {

@@ -243,7 +243,7 @@ Tuning Tuning::from_file(const std::string& path, const Tuning& base) {
           continue;
         }
         const auto* k = std::find_if(std::begin(kModelKeys), std::end(kModelKeys),
-                                     [&](const ModelKey& m) { return name == m.name; });
+                                     [&key = name](const ModelKey& m) { return key == m.name; });
         HPCTRAIN_REQUIRE(k != std::end(kModelKeys), r.where(full) + " is not a cost model parameter");
         t.model.*(k->field) = r.seconds(v, full);
       }
