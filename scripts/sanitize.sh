@@ -71,9 +71,15 @@ run_tests() {
     echo "== $kind: $t"
     if ! "bin/$t" "${filter[@]}" --gtest_brief=1; then failed+=("$t"); fi
   done
+  # LeakSanitizer is off for MPI ranks: Open MPI's components are dlopen'ed and unloaded by
+  # MPI_Finalize, so their leftovers are reported from "<unknown module>" with stacks cut at the
+  # first uninstrumented frame, which no suppression by library name can match (lsan.supp).
   for t in "${mpi2[@]}"; do
     echo "== $kind: mpiexec -n 2 $t"
-    if ! mpiexec -n 2 --oversubscribe "bin/$t" --gtest_brief=1; then failed+=("$t.np2"); fi
+    if ! ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" mpiexec -n 2 --oversubscribe -x ASAN_OPTIONS \
+        "bin/$t" --gtest_brief=1; then
+      failed+=("$t.np2")
+    fi
   done
   if ((${#failed[@]})); then
     echo "sanitize.sh: $kind FAILED: ${failed[*]}"
