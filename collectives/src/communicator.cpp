@@ -95,13 +95,15 @@ void Communicator::drain() const {
   if (engine_) engine_->drain();
 }
 
-WaitPolicy Communicator::policy(const char* op, Algorithm algo) const {
+WaitPolicy Communicator::policy(const char* op, Algorithm algo, std::uint64_t seq) const {
   WaitPolicy p;
   p.timeout = std::chrono::duration<double>(tuning_.timeout_s);
   p.spin_polls = tuning_.spin_polls;
   p.op = op;  // the diagnostic text is composed only if a wait fails (WaitPolicy::description)
   p.algorithm = algo;
-  p.sequence = sequence_;
+  // The collective's own number, never sequence_: a queued collective runs on the progress
+  // thread while the caller's thread increments sequence_ (a data race found by TSan).
+  p.sequence = seq;
   p.transport = transport_.get();
   return p;
 }
@@ -152,7 +154,7 @@ detail::NodeGroup& Communicator::node_group(const WaitPolicy& wait_policy) {
   std::vector<int> sizes(static_cast<std::size_t>(nodes), 0);
   for (int n : node) ++sizes[static_cast<std::size_t>(n)];
   const detail::VendorCallWatch watch(
-      {"MPI_Comm_split, MPI_Win_allocate_shared", "shared-memory set-up", sequence_, 0, DataType::f32, size()},
+      {"MPI_Comm_split, MPI_Win_allocate_shared", "shared-memory set-up", wait_policy.sequence, 0, DataType::f32, size()},
       tuning_.timeout_s);
   auto g = std::make_unique<detail::NodeGroup>();
   for (int r = 0; r < size(); ++r)
@@ -204,7 +206,7 @@ void Communicator::run_allreduce(const void* send, void* recv, std::size_t count
                      "communicator runs over '" + transport_->name() + "'");
     return;
   }
-  const WaitPolicy wait_policy = policy("allreduce", algo);
+  const WaitPolicy wait_policy = policy("allreduce", algo, seq);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   const ReduceOp combine = detail::combine_op(op);
   switch (algo) {
@@ -270,7 +272,7 @@ void Communicator::run_reduce_scatter(const void* send, void* recv, std::size_t 
                               static_cast<const std::byte*>(send) + recv_count * p * elem);
   std::vector<std::size_t> offsets(p + 1);
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * recv_count;
-  const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring, seq);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   detail::ring_reduce_scatter(ctx, work.data(), work.data(), offsets, type, detail::combine_op(op));
   std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
@@ -285,7 +287,7 @@ void Communicator::run_allgather(const void* send, void* recv, std::size_t count
   if (send != own) std::memcpy(own, send, count * elem);
   std::vector<std::size_t> offsets(p + 1);
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * count;
-  const WaitPolicy wait_policy = policy("allgather", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("allgather", Algorithm::ring, seq);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   detail::ring_allgather(ctx, recv, offsets, type);
 }
@@ -294,7 +296,7 @@ void Communicator::run_balanced_reduce_scatter(void* buf, std::size_t count, Dat
                                                std::uint64_t seq) {
   if (count == 0) return;
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", Algorithm::ring, seq);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   detail::ring_reduce_scatter(ctx, buf, buf, offsets, type, detail::combine_op(op));
   if (op == ReduceOp::avg) {
@@ -307,7 +309,7 @@ void Communicator::run_balanced_reduce_scatter(void* buf, std::size_t count, Dat
 void Communicator::run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq) {
   if (count == 0) return;
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("allgather(in place)", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("allgather(in place)", Algorithm::ring, seq);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   detail::ring_allgather(ctx, buf, offsets, type);
 }
@@ -374,7 +376,7 @@ void Communicator::broadcast(void* buf, std::size_t count, DataType type, int ro
   drain();
   const std::uint64_t seq = sequence_++;
   if (count == 0) return;
-  const WaitPolicy wait_policy = policy("broadcast", Algorithm::tree);
+  const WaitPolicy wait_policy = policy("broadcast", Algorithm::tree, seq);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   detail::binomial_broadcast(ctx, buf, count * size_of(type), root);
 }
@@ -382,7 +384,7 @@ void Communicator::broadcast(void* buf, std::size_t count, DataType type, int ro
 void Communicator::barrier() {
   drain();
   const std::uint64_t seq = sequence_++;
-  const WaitPolicy wait_policy = policy("barrier", Algorithm::tree);
+  const WaitPolicy wait_policy = policy("barrier", Algorithm::tree, seq);
   detail::CollContext ctx{*transport_, tuning_, wait_policy, base_tag(seq), scratch_};
   detail::dissemination_barrier(ctx);
 }

@@ -153,7 +153,7 @@ class Communicator {
 
  private:
   void drain() const;  // waits for queued non-blocking work
-  WaitPolicy policy(const char* op, Algorithm algo) const;
+  WaitPolicy policy(const char* op, Algorithm algo, std::uint64_t seq) const;
   void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      Algorithm algo, std::uint64_t seq);
   void run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
