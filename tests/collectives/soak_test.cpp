@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <random>
 #include <string>
@@ -42,7 +43,8 @@ Session draw_session(std::mt19937_64& rng) {
   Session s;
   s.ranks = 1 + static_cast<int>(rng() % 8);
   const std::size_t segments[] = {64, 4096, 64 << 10, 1 << 20};
-  s.tuning.timeout_s = 120;  // a lost message fails the soak instead of hanging it
+  // A lost message fails the soak instead of hanging it (HPCTRAIN_SOAK_TIMEOUT_S, default 120).
+  s.tuning.timeout_s = static_cast<double>(env_u64("HPCTRAIN_SOAK_TIMEOUT_S", 120));
   s.tuning.ring_segment_bytes = segments[rng() % 4];
   s.tuning.tree_segment_bytes = segments[rng() % 4];
   s.tuning.rabenseifner_segment_bytes = segments[rng() % 4];
@@ -216,14 +218,16 @@ TEST(CollectivesSoak, RandomCollectivesMatchTheReference) {
   const std::uint64_t base_seed = env_u64("HPCTRAIN_SOAK_SEED", 20261202);
   constexpr std::uint64_t kPerSession = 1000;
   std::uint64_t done = 0, failures = 0;
-  for (std::uint64_t session = 0; done < total; ++session) {
+  // HPCTRAIN_SOAK_FIRST_SESSION replays from the session a failure names.
+  for (std::uint64_t session = env_u64("HPCTRAIN_SOAK_FIRST_SESSION", 0); done < total; ++session) {
     std::mt19937_64 session_rng(testing::mix(base_seed ^ testing::mix(session)));
     const Session s = draw_session(session_rng);
     const std::uint64_t n = std::min(kPerSession, total - done);
     std::atomic<std::size_t> bad{0};
     std::string first;
     std::mutex m;
-    testing::run_loopback_ranks(s.ranks, s.tuning, [&](Communicator& comm) {
+    try {
+      testing::run_loopback_ranks(s.ranks, s.tuning, [&](Communicator& comm) {
       std::mt19937_64 rng(testing::mix(base_seed + session));  // the same draws on every rank
       for (std::uint64_t i = 0; i < n; ++i) {
         const Kind k = kKinds[rng() % (sizeof kKinds / sizeof kKinds[0])];
@@ -239,7 +243,15 @@ TEST(CollectivesSoak, RandomCollectivesMatchTheReference) {
         }
       }
     });
-    EXPECT_EQ(bad.load(), 0u) << "p=" << s.ranks << " ranks_per_node=" << s.tuning.ranks_per_node
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "session " << session << " (p=" << s.ranks << " ranks_per_node="
+                    << s.tuning.ranks_per_node << " binomial_max=" << s.tuning.tree_binomial_max_bytes
+                    << " segments ring/tree/rabenseifner/shm=" << s.tuning.ring_segment_bytes << "/"
+                    << s.tuning.tree_segment_bytes << "/" << s.tuning.rabenseifner_segment_bytes << "/"
+                    << s.tuning.shm_segment_bytes << "): " << e.what();
+      ++failures;
+    }
+    EXPECT_EQ(bad.load(), 0u) << "session " << session << " p=" << s.ranks << " ranks_per_node=" << s.tuning.ranks_per_node
                               << " binomial_max=" << s.tuning.tree_binomial_max_bytes << ": " << first;
     failures += bad.load();
     done += n;
