@@ -228,21 +228,21 @@ TEST(CollectivesSoak, RandomCollectivesMatchTheReference) {
     std::mutex m;
     try {
       testing::run_loopback_ranks(s.ranks, s.tuning, [&](Communicator& comm) {
-      std::mt19937_64 rng(testing::mix(base_seed + session));  // the same draws on every rank
-      for (std::uint64_t i = 0; i < n; ++i) {
-        const Kind k = kKinds[rng() % (sizeof kKinds / sizeof kKinds[0])];
-        std::string mine;
-        const std::size_t b = run_one(comm, k, rng, s, testing::mix(session * kPerSession + i), &mine);
-        if (b) {
-          bad += b;
-          std::lock_guard<std::mutex> lock(m);
-          if (first.empty()) {
-            first = "session " + std::to_string(session) + " collective " + std::to_string(i) + " rank " +
-                    std::to_string(comm.rank()) + " (" + kind_name(k) + "): " + mine;
+        std::mt19937_64 rng(testing::mix(base_seed + session));  // the same draws on every rank
+        for (std::uint64_t i = 0; i < n; ++i) {
+          const Kind k = kKinds[rng() % (sizeof kKinds / sizeof kKinds[0])];
+          std::string mine;
+          const std::size_t b = run_one(comm, k, rng, s, testing::mix(session * kPerSession + i), &mine);
+          if (b) {
+            bad += b;
+            std::lock_guard<std::mutex> lock(m);
+            if (first.empty()) {
+              first = "session " + std::to_string(session) + " collective " + std::to_string(i) + " rank " +
+                      std::to_string(comm.rank()) + " (" + kind_name(k) + "): " + mine;
+            }
           }
         }
-      }
-    });
+      });
     } catch (const std::exception& e) {
       ADD_FAILURE() << "session " << session << " (p=" << s.ranks << " ranks_per_node="
                     << s.tuning.ranks_per_node << " binomial_max=" << s.tuning.tree_binomial_max_bytes
