@@ -24,6 +24,9 @@ packages=(
   libprotobuf-dev protobuf-compiler libboost-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # checking builds (scripts/sanitize.sh, labels sanitize and fuzz): clang 14 and its
+  # sanitizer and libFuzzer runtimes
+  clang libclang-rt-14-dev
   # real data and independent readers of our files
   dataset-fashion-mnist python3-h5py python3-numpy
   # scikit-learn: the independent reference of the ml logreg test

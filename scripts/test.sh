@@ -5,7 +5,8 @@
 #   scripts/test.sh            the CI set (about 10 min on 2 cores): every test not labelled `long`
 #   scripts/test.sh --all      every test, `long` ones included
 #
-# A check that takes minutes on its own carries the ctest label `long` and states its minutes
+# The CI set includes the clang sanitizer builds and the fuzzers (labels `sanitize`, `fuzz`;
+# docs/testing.md). A check that takes minutes on its own carries the ctest label `long` and states its minutes
 # in a comment next to its add_test. Other arguments go to ctest, e.g. `scripts/test.sh -L unit`
 # or `scripts/test.sh --all -R allreduce`.
 set -euo pipefail

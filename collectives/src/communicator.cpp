@@ -46,13 +46,15 @@ ProgressEngine& Communicator::Impl::progress_engine() {
   return *engine;
 }
 
-WaitPolicy Communicator::Impl::policy(const char* op, Algorithm algo) const {
+WaitPolicy Communicator::Impl::policy(const char* op, Algorithm algo, std::uint64_t seq) const {
   WaitPolicy p;
   p.timeout = std::chrono::duration<double>(tuning.timeout_s);
   p.spin_polls = tuning.spin_polls;
   p.op = op;  // the diagnostic text is composed only if a wait fails (WaitPolicy::description)
   p.algorithm = algo;
-  p.sequence = sequence;
+  // The collective's own number, never `sequence`: a queued collective runs on the progress
+  // thread while the caller's thread increments `sequence` (a data race found by TSan).
+  p.sequence = seq;
   p.transport = transport.get();
   return p;
 }

@@ -31,7 +31,7 @@ struct Communicator::Impl {
   /// The progress thread, started on first use.
   ProgressEngine& progress_engine();
   /// The wait policy (timeout; diagnostics name the collectives issued so far).
-  WaitPolicy policy(const char* op, Algorithm algo) const;
+  WaitPolicy policy(const char* op, Algorithm algo, std::uint64_t seq) const;
   /// What an algorithm gets for collective number `seq` over the transport.
   detail::CollContext context(const WaitPolicy& wait_policy, std::uint64_t seq) {
     return detail::CollContext{*transport, tuning, wait_policy, detail::sequence_tag(seq), scratch};

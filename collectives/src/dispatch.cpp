@@ -56,7 +56,7 @@ void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t
                      "communicator runs over '" + transport->name() + "'");
     return;
   }
-  const WaitPolicy wait_policy = policy("allreduce", algo);
+  const WaitPolicy wait_policy = policy("allreduce", algo, seq);
   detail::CollContext ctx = context(wait_policy, seq);
   const ReduceOp combine = detail::combine_op(op);
   switch (algo) {
@@ -96,7 +96,7 @@ void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::s
                               static_cast<const std::byte*>(send) + recv_count * p * elem);
   std::vector<std::size_t> offsets(p + 1);
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * recv_count;
-  const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring, seq);
   detail::CollContext ctx = context(wait_policy, seq);
   detail::ring_reduce_scatter(ctx, work.data(), work.data(), offsets, type, detail::combine_op(op));
   std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
@@ -112,7 +112,7 @@ void Communicator::Impl::run_allgather(const void* send, void* recv, std::size_t
   if (send != own) std::memcpy(own, send, count * elem);
   std::vector<std::size_t> offsets(p + 1);
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * count;
-  const WaitPolicy wait_policy = policy("allgather", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("allgather", Algorithm::ring, seq);
   detail::CollContext ctx = context(wait_policy, seq);
   detail::ring_allgather(ctx, recv, offsets, type);
 }
@@ -121,7 +121,7 @@ void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t coun
                                                      std::uint64_t seq) {
   if (count == 0) return;
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", Algorithm::ring, seq);
   detail::CollContext ctx = context(wait_policy, seq);
   detail::ring_reduce_scatter(ctx, buf, buf, offsets, type, detail::combine_op(op));
   if (op == ReduceOp::avg) {
@@ -134,20 +134,20 @@ void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t coun
 void Communicator::Impl::run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq) {
   if (count == 0) return;
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("allgather(in place)", Algorithm::ring);
+  const WaitPolicy wait_policy = policy("allgather(in place)", Algorithm::ring, seq);
   detail::CollContext ctx = context(wait_policy, seq);
   detail::ring_allgather(ctx, buf, offsets, type);
 }
 
 void Communicator::Impl::run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq) {
   if (count == 0) return;
-  const WaitPolicy wait_policy = policy("broadcast", Algorithm::tree);
+  const WaitPolicy wait_policy = policy("broadcast", Algorithm::tree, seq);
   detail::CollContext ctx = context(wait_policy, seq);
   detail::binomial_broadcast(ctx, buf, count * size_of(type), root);
 }
 
 void Communicator::Impl::run_barrier(std::uint64_t seq) {
-  const WaitPolicy wait_policy = policy("barrier", Algorithm::tree);
+  const WaitPolicy wait_policy = policy("barrier", Algorithm::tree, seq);
   detail::CollContext ctx = context(wait_policy, seq);
   detail::dissemination_barrier(ctx);
 }

@@ -58,7 +58,7 @@ detail::NodeGroup& Communicator::Impl::node_group(const WaitPolicy& wait_policy)
   std::vector<int> sizes(static_cast<std::size_t>(nodes), 0);
   for (int n : node_index) ++sizes[static_cast<std::size_t>(n)];
   const detail::VendorCallWatch watch(
-      {"MPI_Comm_split, MPI_Win_allocate_shared", "shared-memory set-up", sequence, 0, DataType::f32, size()},
+      {"MPI_Comm_split, MPI_Win_allocate_shared", "shared-memory set-up", wait_policy.sequence, 0, DataType::f32, size()},
       tuning.timeout_s);
   auto g = std::make_unique<detail::NodeGroup>();
   for (int r = 0; r < size(); ++r)

@@ -141,7 +141,7 @@ void read_model(const nlohmann::json& value, const FileReader& r, CostModel& m) 
       read_calibration(v, full, r, m);
     } else {
       const auto* k = std::find_if(std::begin(kModelKeys), std::end(kModelKeys),
-                                   [&](const ModelKey& key) { return name == key.name; });
+                                   [&n = name](const ModelKey& key) { return n == key.name; });  // clang < 16: no capture of a structured binding
       HPCTRAIN_REQUIRE(k != std::end(kModelKeys), r.where(full) + " is not a cost model parameter");
       m.*(k->field) = r.seconds(v, full);
     }

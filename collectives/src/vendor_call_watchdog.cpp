@@ -81,8 +81,11 @@ class Watchdog {
       auto first = calls_.begin();
       for (auto it = calls_.begin(); it != calls_.end(); ++it)
         if (it->second.deadline < first->second.deadline) first = it;
-      if (Clock::now() < first->second.deadline) {
-        cv_.wait_until(lock, first->second.deadline);
+      // A copy: wait_until takes the time point by reference and reads it again after waking,
+      // when remove() may have erased the entry (a heap-use-after-free found by ASan).
+      const Clock::time_point deadline = first->second.deadline;
+      if (Clock::now() < deadline) {
+        cv_.wait_until(lock, deadline);
         continue;
       }
       // The caller is blocked inside MPI and cannot throw: report and end the job from here.

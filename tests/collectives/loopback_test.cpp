@@ -123,7 +123,10 @@ std::string variant_and_ranks_name(const ::testing::TestParamInfo<std::tuple<Var
 class LoopbackAllreduce : public ::testing::TestWithParam<std::tuple<Variant, int>> {};
 
 TEST_P(LoopbackAllreduce, MatchesReferenceForEveryTypeOpAndSize) {
-  const auto& [variant, ranks] = GetParam();
+  // Named copies, not structured bindings: the lambda below uses them, and clang < 16 cannot
+  // capture a structured binding (the sanitizer builds use clang 14).
+  const Variant& variant = std::get<0>(GetParam());
+  const int ranks = std::get<1>(GetParam());
   std::atomic<std::size_t> failures{0};
   std::string first;
   std::mutex m;

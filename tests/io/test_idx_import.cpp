@@ -245,6 +245,23 @@ TEST_F(IdxImportBadInput, TruncatedFiles) {
   for (const auto& e : dir.entries()) EXPECT_EQ(e.find(".tmp-"), std::string::npos) << e;
 }
 
+// A header claiming far more data than the file can hold is refused before the importer
+// allocates it (found by fuzz.idx: a 42-byte file made it allocate 2 GiB).
+TEST_F(IdxImportBadInput, HeaderClaimingMoreThanTheFileHolds) {
+  const std::string plain = dir.file("huge-plain"), gz = dir.file("huge.gz");
+  io::test::write_file(plain, io::test::idx_bytes(0x08, {20, 40000, 40000}, {1, 2, 3}), false);
+  expect_error([&] { io::import_idx(plain, labels, out); },
+               {"images file '" + plain + "'", "20 x 1600000000 bytes of pixels", "plain file can hold"});
+  io::test::write_file(gz, io::test::idx_bytes(0x08, {20, 40000, 40000}, {1, 2, 3}), true);
+  expect_error([&] { io::import_idx(gz, labels, out); },
+               {"images file '" + gz + "'", "gzip file can hold"});
+  const std::string lab = dir.file("huge-labels");
+  io::test::write_file(lab, io::test::idx_bytes(0x08, {2000000000}, {0, 1}), false);
+  expect_error([&] { io::import_idx(images, lab, out); },
+               {"labels file '" + lab + "'", "2000000000 x 1 bytes of labels"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(IdxImportBadInput, TrailingData) {
   std::vector<unsigned char> px(20 * 9 + 3, 1);
   const std::string longer = dir.file("long.gz");
