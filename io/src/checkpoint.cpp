@@ -1,5 +1,7 @@
 #include "hpctrain/io/checkpoint.hpp"
 
+#include "hpctrain/collectives/string_collectives.hpp"
+
 #include <hdf5.h>
 #include <xxhash.h>
 
@@ -14,7 +16,7 @@
 #include <sstream>
 #include <string>
 
-#include "hpctrain/collectives/error.hpp"
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/io/durable_file.hpp"
 #include "hpctrain/io/h5.hpp"
 #include "checkpoint_shard.hpp"
@@ -89,22 +91,13 @@ std::string manifest_checksum(nlohmann::json m) {
 void agree(coll::Communicator& comm, const std::string& my_error, const std::string& what) {
   std::string text = my_error;
   std::replace(text.begin(), text.end(), '\n', ' ');  // HDF5's messages hold newlines: one line
-  const auto ranks = static_cast<std::size_t>(comm.size());
-  std::vector<std::int64_t> lengths(ranks, 0);
-  const auto mine = static_cast<std::int64_t>(text.size());
-  comm.allgather(&mine, lengths.data(), 1, coll::DataType::i64);
-  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  if (longest == 0) return;
-  const auto words = static_cast<std::size_t>((longest + 7) / 8);
-  std::vector<std::int64_t> padded(words, 0), all(words * ranks);
-  std::memcpy(padded.data(), text.data(), text.size());
-  comm.allgather(padded.data(), all.data(), words, coll::DataType::i64);
+  const std::vector<std::string> all = coll::allgather_strings(comm, text);
   std::string combined;
-  for (std::size_t r = 0; r < ranks; ++r) {
-    if (lengths[r] == 0) continue;
-    const std::string msg(reinterpret_cast<const char*>(all.data() + r * words), static_cast<std::size_t>(lengths[r]));
-    combined += (combined.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + msg);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    combined += (combined.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + all[r]);
   }
+  if (combined.empty()) return;
   if (comm.rank() == 0) HPCTRAIN_FAIL(what + " failed: " + combined);
   throw PeerReportedError(what + " failed: " + combined, __FILE__, __LINE__);
 }
