@@ -22,6 +22,19 @@ bool onednn_available() {
 #endif
 }
 
+bool onednn_from_environment(const char* variable, const char* other, const char* what) {
+  const char* env = std::getenv(variable);
+  if (env == nullptr || *env == '\0') return onednn_available();
+  const std::string v(env);
+  if (v == other) return false;
+  HPCTRAIN_REQUIRE(v == "onednn", std::string(variable) + "='" + v + "': unknown " + what + " backend (expected onednn or " +
+                                      other + ")");
+  HPCTRAIN_REQUIRE(onednn_available(), std::string(variable) +
+                                           "=onednn, but this build has no oneDNN "
+                                           "(configure with -DHPCTRAIN_ENABLE_ONEDNN=ON and oneDNN installed)");
+  return true;
+}
+
 const char* conv_backend_name(ConvBackend backend) {
   return backend == ConvBackend::onednn ? "onednn" : "portable";
 }
@@ -29,18 +42,8 @@ const char* conv_backend_name(ConvBackend backend) {
 namespace {
 
 ConvBackend backend_from_environment() {
-  const char* env = std::getenv("HPCTRAIN_CONV_BACKEND");
-  if (env == nullptr || *env == '\0') {
-    return onednn_available() ? ConvBackend::onednn : ConvBackend::portable;
-  }
-  const std::string v(env);
-  if (v == "portable") return ConvBackend::portable;
-  HPCTRAIN_REQUIRE(v == "onednn", "HPCTRAIN_CONV_BACKEND='" + v +
-                                      "': unknown convolution backend (expected onednn or portable)");
-  HPCTRAIN_REQUIRE(onednn_available(),
-                   "HPCTRAIN_CONV_BACKEND=onednn, but this build has no oneDNN "
-                   "(configure with -DHPCTRAIN_ENABLE_ONEDNN=ON and oneDNN installed)");
-  return ConvBackend::onednn;
+  return onednn_from_environment("HPCTRAIN_CONV_BACKEND", "portable", "convolution") ? ConvBackend::onednn
+                                                                                     : ConvBackend::portable;
 }
 
 ConvBackend& selected_backend() {

@@ -23,18 +23,7 @@ const char* gemm_backend_name(GemmBackend backend) {
 namespace {
 
 GemmBackend gemm_backend_from_environment() {
-  const char* env = std::getenv("HPCTRAIN_GEMM_BACKEND");
-  if (env == nullptr || *env == '\0') {
-    return onednn_available() ? GemmBackend::onednn : GemmBackend::blas;
-  }
-  const std::string v(env);
-  if (v == "blas") return GemmBackend::blas;
-  HPCTRAIN_REQUIRE(v == "onednn", "HPCTRAIN_GEMM_BACKEND='" + v +
-                                      "': unknown gemm backend (expected onednn or blas)");
-  HPCTRAIN_REQUIRE(onednn_available(),
-                   "HPCTRAIN_GEMM_BACKEND=onednn, but this build has no oneDNN "
-                   "(configure with -DHPCTRAIN_ENABLE_ONEDNN=ON and oneDNN installed)");
-  return GemmBackend::onednn;
+  return onednn_from_environment("HPCTRAIN_GEMM_BACKEND", "blas", "gemm") ? GemmBackend::onednn : GemmBackend::blas;
 }
 
 GemmBackend& selected_gemm_backend() {

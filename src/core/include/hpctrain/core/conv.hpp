@@ -67,6 +67,10 @@ ConvBackend conv_backend();
 void set_conv_backend(ConvBackend backend);
 /// True when this build has the oneDNN path.
 bool onednn_available();
+/// A backend choice from the environment variable `variable` (HPCTRAIN_CONV_BACKEND,
+/// HPCTRAIN_GEMM_BACKEND): "onednn" -> true, `other` -> false, unset or empty -> whether oneDNN
+/// is built. Throws naming the variable on any other value, or on onednn in a build without it.
+bool onednn_from_environment(const char* variable, const char* other, const char* what);
 /// "onednn" or "portable".
 const char* conv_backend_name(ConvBackend backend);
 
