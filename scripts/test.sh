@@ -2,7 +2,10 @@
 # The README's test command: on a fresh Debian 12 machine installs every dependency, builds
 # hpctrain and runs a test set through ctest.
 #
-#   scripts/test.sh            the CI set (about 10 min on 2 cores): every test not labelled `long`
+#   scripts/test.sh            the CI set (about 18 min of tests on 2 cores, plus the build): every test
+#                              not labelled `long`, as many at a time as the machine has cores
+#                              (HPCTRAIN_TEST_JOBS overrides; ctest keeps each MPI test's ranks on cores
+#                              of their own through its PROCESSORS property)
 #   scripts/test.sh --all      every test, `long` ones included
 #
 # The CI set includes the clang sanitizer builds and the fuzzers (labels `sanitize`, `fuzz`;
@@ -27,4 +30,5 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 ctest --test-dir "${HPCTRAIN_BUILD_DIR:-$root/build}" --output-on-failure --timeout 900 \
+  --parallel "${HPCTRAIN_TEST_JOBS:-$(nproc)}" \
   "${label_set[@]+"${label_set[@]}"}" "${ctest_args[@]+"${ctest_args[@]}"}"
