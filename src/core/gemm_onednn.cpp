@@ -1,9 +1,10 @@
 // Matrix multiply through oneDNN's matmul primitive (CPU), behind core::gemm.
 //
 // Why: at the dense layers' training shapes (batch 64-128 rows, 10-784 columns) oneDNN's
-// brgemm kernels (`brg:avx512_core`) ran at 1.25x the GFLOP/s of OpenBLAS 0.3.21's sgemm
-// (SkylakeX kernels) summed over an MLP step's gemms on one core, 0.75-1.9x per gemm
-// (docs/compute-core.md; bench_kernels' gemm rows measure both in one run). Schedule: one primitive per (shape, strides, beta, bias) is created on first use
+// brgemm kernels (`brg:avx512_core`) ran at 1.12x the GFLOP/s of OpenBLAS 0.3.21's sgemm
+// (SkylakeX kernels) summed over an MLP step's gemms on one core, 0.83-2.1x per gemm, and 2.08x
+// against the Haswell kernels OPENBLAS_CORETYPE selects on this image (docs/compute-core.md;
+// bench_kernels' gemm rows measure both in one run). Schedule: one primitive per (shape, strides, beta, bias) is created on first use
 // and cached for the process (creation JIT-compiles a kernel, ~0.1-1 ms; execution reuses it).
 // Transposes are strides on the memory descriptors, so nothing is copied. beta = 1 (the weight
 // gradient accumulates) is oneDNN's `sum` post-op; the dense forward's bias is the primitive's
