@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 #include <numeric>
 #include <system_error>
 #include <utility>
@@ -14,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "hpctrain/io/dataset.hpp"
+#include "hpctrain/io/dataset_shards.hpp"
 
 namespace hpctrain::io {
 
@@ -216,15 +218,45 @@ std::string identity_changes(const DataFileIdentity& was, const DataFileIdentity
 
 }  // namespace
 
+/// A sharded data set's index and the shard files opened so far (each by its own reader).
+struct DatasetReader::Shards {
+  ShardIndex index;
+  std::vector<std::int64_t> ends;  ///< ends[s] = first sample after shard s
+  mutable std::mutex mutex;        ///< guards `open` (reads may come from a prefetch thread)
+  mutable std::vector<std::unique_ptr<DatasetReader>> open;
+
+  /// Shard s's reader, opened and checked against the index on first use.
+  const DatasetReader& reader(std::size_t s, const DatasetReaderOptions& options) const {
+    std::lock_guard<std::mutex> guard(mutex);
+    if (!open[s]) {
+      auto r = std::make_unique<DatasetReader>(index.shards[s].path, options);
+      require_shard_matches(index, s, r->info(), r->identity_.bytes);
+      open[s] = std::move(r);
+    }
+    return *open[s];
+  }
+};
+
 DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
     : path_(std::move(path)), options_(options) {
   const std::string file_where = fmt::format("data set '{}'", path_);
   std::error_code ec;
   HPCTRAIN_REQUIRE(fs::exists(path_, ec), file_where + ": no such file");
-  HPCTRAIN_REQUIRE(!fs::is_directory(path_, ec), file_where + ": is a directory, not a file");
   HPCTRAIN_REQUIRE(options_.stddev > 0.0f,
                    fmt::format("{}: normalisation stddev {} must be positive", file_where,
                                options_.stddev));
+  if (fs::is_directory(path_, ec)) {
+    HPCTRAIN_REQUIRE(is_sharded_dataset(path_),
+                     fmt::format("{}: is a directory without an {} (not a sharded data set: `hpctrain data shard` "
+                                 "writes one); give a data set file or a sharded directory",
+                                 file_where, ShardIndexFormat::file_name));
+    shards_ = std::make_unique<Shards>();
+    shards_->index = read_shard_index(path_);
+    info_ = shards_->index.info;
+    for (const ShardEntry& e : shards_->index.shards) shards_->ends.push_back(e.first + e.count);
+    shards_->open.resize(shards_->index.shards.size());
+    return;
+  }
 
   H5Lock lock;
   open_file(file_where);
@@ -293,11 +325,13 @@ DatasetReader& DatasetReader::operator=(DatasetReader&& other) noexcept {
     labels_ = std::move(other.labels_);
     file_ = std::move(other.file_);
     identity_ = other.identity_;
+    shards_ = std::move(other.shards_);
   }
   return *this;
 }
 
 void DatasetReader::close() noexcept {
+  shards_.reset();
   // Datasets before the file (HDF5 would keep the file open while they live anyway).
   samples_.reset();
   labels_.reset();
@@ -399,6 +433,10 @@ void DatasetReader::read_sorted(const std::vector<std::int64_t>& order, StoredSa
 
 void DatasetReader::read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
                          std::vector<std::int32_t>& labels) const {
+  if (shards_) {
+    read_shards(indices, samples, labels);
+    return;
+  }
   const std::string samples_where = fmt::format("data set '{}' {}", path_, DatasetFormat::samples);
   const std::string labels_where = fmt::format("data set '{}' {}", path_, DatasetFormat::labels);
   HPCTRAIN_REQUIRE(file_, fmt::format("data set '{}': reader is closed", path_));
@@ -444,6 +482,46 @@ void DatasetReader::read(const std::vector<std::int64_t>& indices, std::vector<f
         HPCTRAIN_FAIL(fmt::format("{}: sample {} holds {} at element {}: the input must be finite", samples_where,
                                   indices[k], src[e], e));
       }
+    }
+  }
+}
+
+std::size_t DatasetReader::open_file_count() const {
+  if (!shards_) return file_ ? 1 : 0;
+  std::lock_guard<std::mutex> guard(shards_->mutex);
+  return static_cast<std::size_t>(
+      std::count_if(shards_->open.begin(), shards_->open.end(), [](const auto& r) { return r != nullptr; }));
+}
+
+void DatasetReader::read_shards(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
+                                std::vector<std::int32_t>& labels) const {
+  const auto size = static_cast<std::size_t>(info_.sample_size);
+  samples.resize(indices.size() * size);
+  labels.resize(indices.size());
+  // Each requested position by shard, then one read per shard that has any (in shard order);
+  // the values land at their requested positions.
+  const std::vector<std::int64_t>& ends = shards_->ends;
+  std::vector<std::vector<std::size_t>> positions(ends.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const std::int64_t i = indices[k];
+    HPCTRAIN_REQUIRE(i >= 0 && i < info_.count, fmt::format("data set '{}' {}: sample index {} is not in [0, {})",
+                                                            path_, DatasetFormat::samples, i, info_.count));
+    const auto s = static_cast<std::size_t>(std::upper_bound(ends.begin(), ends.end(), i) - ends.begin());
+    positions[s].push_back(k);
+  }
+  std::vector<std::int64_t> local;
+  std::vector<float> part_samples;
+  std::vector<std::int32_t> part_labels;
+  for (std::size_t s = 0; s < positions.size(); ++s) {
+    if (positions[s].empty()) continue;
+    const std::int64_t first = shards_->index.shards[s].first;
+    local.clear();
+    for (const std::size_t k : positions[s]) local.push_back(indices[k] - first);
+    shards_->reader(s, options_).read(local, part_samples, part_labels);
+    for (std::size_t p = 0; p < positions[s].size(); ++p) {
+      const std::size_t k = positions[s][p];
+      std::copy_n(part_samples.data() + p * size, size, samples.data() + k * size);
+      labels[k] = part_labels[p];
     }
   }
 }

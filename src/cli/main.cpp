@@ -1,4 +1,4 @@
-// The `hpctrain` command: train, sweep, data import-idx/import-csv/synth, ckpt inspect/export, tune-collectives,
+// The `hpctrain` command: train, sweep, data import-idx/import-csv/synth/shard, ckpt inspect/export, tune-collectives,
 // ml, predict, serve.
 //
 // Exit codes: 0 success; 1 error (one line on stderr, every rank ends through MPI_Abort);
@@ -29,6 +29,7 @@
 #include "hpctrain/train/preemption.hpp"
 #include "hpctrain/train/trainer.hpp"
 #include "import_csv_command.hpp"
+#include "shard_command.hpp"
 #include "synth_command.hpp"
 #include "ml_commands.hpp"
 #include "predict_command.hpp"
@@ -221,6 +222,8 @@ int main(int argc, char** argv) {
   CLI::App* import_csv = hpctrain::cli::add_import_csv_command(*data, csv_args);
   hpctrain::cli::SynthArgs synth_args;
   CLI::App* synth = hpctrain::cli::add_synth_command(*data, synth_args);
+  hpctrain::cli::ShardArgs shard_args;
+  CLI::App* shard = hpctrain::cli::add_shard_command(*data, shard_args);
 
   hpctrain::cli::MlArgs ml_args;
   CLI::App* ml = hpctrain::cli::add_ml_commands(app, ml_args);
@@ -265,6 +268,7 @@ int main(int argc, char** argv) {
     if (*ckpt.inspect) return run_ckpt_inspect(ckpt.dir, comm);
     if (*import_csv) return hpctrain::cli::run_import_csv(csv_args, comm);
     if (*synth) return hpctrain::cli::run_synth(synth_args, comm);
+    if (*shard) return hpctrain::cli::run_shard(shard_args, comm);
     if (*ml) return hpctrain::cli::run_ml(ml_args, comm);
     if (hpctrain::cli::inference_chosen(inference_args)) return hpctrain::cli::run_inference(inference_args, comm);
     if (*sweep) return hpctrain::cli::run_sweep_command(sweep_args, comm);

@@ -12,6 +12,7 @@
 ///             (where the data came from), optional `class_names`.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -90,7 +91,8 @@ struct DataFileIdentity {
   }
 };
 
-/// Reads samples of an hpctrain data set file by global index.
+/// Reads samples of an hpctrain data set, a file or a sharded directory (dataset_shards.hpp),
+/// by global index.
 ///
 /// Every rank opens the file itself, read-only, with HDF5's default (POSIX) file driver, and
 /// reads independently. Not MPI-IO: opening with an MPI-IO file access list would make open and
@@ -101,6 +103,10 @@ struct DataFileIdentity {
 /// h5_mutex() (see h5.hpp). `read` is the only call a prefetch thread makes.
 class DatasetReader final : public SampleSource {
  public:
+  /// A directory with an index.json is a sharded data set: the index is read and checked here, and
+  /// each shard file is opened (and validated as below, and against the index) only when a read
+  /// first needs one of its samples. Otherwise `path` is one file.
+  ///
   /// Opens and validates `path`: the file exists and is HDF5; /samples and /labels exist, are
   /// datasets of the right rank and type, with equal counts; the `shape`, `count` and `classes`
   /// attributes agree with the datasets; labels lie in [0, classes). Failures throw
@@ -136,8 +142,15 @@ class DatasetReader final : public SampleSource {
   void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
             std::vector<std::int32_t>& labels) const override;
 
+  /// How many files this reader has opened: 1 for a data set file; for a sharded set, the shards
+  /// a read has needed so far.
+  std::size_t open_file_count() const;
+
  private:
   struct StoredSamples;
+  struct Shards;
+  void read_shards(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
+                   std::vector<std::int32_t>& labels) const;
   void close() noexcept;
   void open_file(const std::string& file_where);
   void read_sorted(const std::vector<std::int64_t>& order, StoredSamples& out) const;
@@ -151,6 +164,7 @@ class DatasetReader final : public SampleSource {
   H5Dataset samples_;
   H5Dataset labels_;
   DataFileIdentity identity_;  ///< recorded when the file was opened
+  std::unique_ptr<Shards> shards_;  ///< set for a sharded data set (then file_ stays closed)
 };
 
 }  // namespace hpctrain::io

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# sharded_training.sh HPCTRAIN MPIEXEC WORKDIR
+#
+# A sharded data set (`hpctrain data shard`, docs/data.md) trains exactly like the file it was
+# split from: the samples keep their global indices, so the epoch plan and the bits are the same.
+#   1. np 2, streamed from the shards (--data-in-memory-mib 0), evaluated on a sharded test
+#      split: the same checksum and test accuracy as the files;
+#   2. the shards held in memory (the default for a small set): the same checksum;
+#   3. --deterministic at np 1 on the file and np 3 on the shards: the same checksum.
+set -u
+hpctrain=$1 mpiexec=$2 workdir=$3
+work=$(mktemp -d "$workdir/sharded-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+"$hpctrain" data synth --samples 3000 --shape 1,28,28 --seed 4 --out "$work/train.h5" > /dev/null || fail "synth train"
+"$hpctrain" data synth --samples 700 --shape 1,28,28 --seed 4 --out "$work/test.h5" > /dev/null || fail "synth test"
+"$hpctrain" data shard --in "$work/train.h5" --shards 5 --out "$work/train" || fail "shard train"
+"$hpctrain" data shard --in "$work/test.h5" --shards 3 --out "$work/test" || fail "shard test"
+[[ $(ls "$work/train" | grep -c '^shard-.*\.h5$') -eq 5 && -f $work/train/index.json ]] || fail "expected 5 shards and an index: $(ls "$work/train")"
+
+# run NP DATA EVAL [options]: prints the run's checksum line and its last test-accuracy figure
+run() {
+  local np=$1 data=$2 eval=$3
+  shift 3
+  local out
+  out=$(timeout -k 5 300 "$mpiexec" -n "$np" --oversubscribe "$hpctrain" train --model mlp --data "$data" \
+          --eval-data "$eval" --epochs 2 --max-steps 12 --global-batch 96 --seed 9 "$@" 2>&1) ||
+    { printf '%s\n' "$out"; fail "np $np on $data exited non-zero"; }
+  local sum acc
+  sum=$(printf '%s\n' "$out" | grep -o 'final parameter checksum xxh3:[0-9a-f]*')
+  acc=$(printf '%s\n' "$out" | grep -oE 'test loss [0-9.]+  test accuracy [0-9.]+%' | tail -1)
+  [[ -n $sum ]] || { printf '%s\n' "$out"; fail "no checksum from np $np on $data"; }
+  echo "$sum $acc"
+}
+
+file=$(run 2 "$work/train.h5" "$work/test.h5" --data-in-memory-mib 0)
+shards=$(run 2 "$work/train" "$work/test" --data-in-memory-mib 0)
+echo "np 2 streamed: file   $file"
+echo "np 2 streamed: shards $shards"
+[[ $file == "$shards" ]] || fail "the shards trained differently from the file"
+[[ $file == *"test accuracy"* ]] || fail "no test loss and accuracy printed"
+memory=$(run 2 "$work/train" "$work/test")
+echo "np 2 in memory: shards $memory"
+[[ $memory == "$file" ]] || fail "the shards held in memory trained differently"
+det1=$(run 1 "$work/train.h5" "$work/test.h5" --deterministic --data-in-memory-mib 0)
+det3=$(run 3 "$work/train" "$work/test" --deterministic --data-in-memory-mib 0)
+echo "deterministic: np 1 file $det1; np 3 shards $det3"
+[[ $det1 == "$det3" ]] || fail "--deterministic: np 3 on the shards differs from np 1 on the file"
+echo "PASS"
