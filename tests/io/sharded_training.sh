@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# sharded_training.sh HPCTRAIN MPIEXEC WORKDIR
+# sharded_training.sh HPCTRAIN MPIEXEC WORKDIR PYTHON (with h5py and numpy)
 #
 # A sharded data set (`hpctrain data shard`, docs/data.md) trains exactly like the file it was
 # split from: the samples keep their global indices, so the epoch plan and the bits are the same.
 #   1. np 2, streamed from the shards (--data-in-memory-mib 0), evaluated on a sharded test
 #      split: the same checksum and test accuracy as the files;
 #   2. the shards held in memory (the default for a small set): the same checksum;
-#   3. --deterministic at np 1 on the file and np 3 on the shards: the same checksum.
+#   3. --deterministic at np 1 on the file and np 3 on the shards: the same checksum;
+#   4. `predict` at np 2 over the sharded test split: the same /predictions and /probabilities
+#      as over the file (read back with h5py).
 set -u
-hpctrain=$1 mpiexec=$2 workdir=$3
+hpctrain=$1 mpiexec=$2 workdir=$3 python=$4
 work=$(mktemp -d "$workdir/sharded-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -35,7 +37,7 @@ run() {
   echo "$sum $acc"
 }
 
-file=$(run 2 "$work/train.h5" "$work/test.h5" --data-in-memory-mib 0)
+file=$(run 2 "$work/train.h5" "$work/test.h5" --data-in-memory-mib 0 --checkpoint-dir "$work/ck")
 shards=$(run 2 "$work/train" "$work/test" --data-in-memory-mib 0)
 echo "np 2 streamed: file   $file"
 echo "np 2 streamed: shards $shards"
@@ -48,4 +50,16 @@ det1=$(run 1 "$work/train.h5" "$work/test.h5" --deterministic --data-in-memory-m
 det3=$(run 3 "$work/train" "$work/test" --deterministic --data-in-memory-mib 0)
 echo "deterministic: np 1 file $det1; np 3 shards $det3"
 [[ $det1 == "$det3" ]] || fail "--deterministic: np 3 on the shards differs from np 1 on the file"
+for data in test.h5 test; do
+  timeout -k 5 120 "$mpiexec" -n 2 --oversubscribe "$hpctrain" predict --checkpoint "$work/ck" --data "$work/$data" \
+    --out "$work/pred-$data.h5" > /dev/null 2>&1 || fail "predict over $data"
+done
+"$python" - "$work/pred-test.h5.h5" "$work/pred-test.h5" <<'PY' || fail "predict over the shards differs from over the file"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+for name in ("predictions", "probabilities"):
+    x, y = a[name][:], b[name][:]
+    assert x.shape[0] == 700 and np.array_equal(x, y), name
+print("predict: file and shards give the same", x.shape[0], "predictions and probabilities")
+PY
 echo "PASS"
