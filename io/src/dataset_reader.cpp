@@ -1,8 +1,11 @@
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -16,6 +19,7 @@
 
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/dataset_shards.hpp"
+#include "direct_sample_reads.hpp"
 
 namespace hpctrain::io {
 
@@ -218,6 +222,19 @@ std::string identity_changes(const DataFileIdentity& was, const DataFileIdentity
 
 }  // namespace
 
+/// The open file's rows read with pread (direct_sample_reads.hpp): its own descriptor and where
+/// the rows of /samples and /labels lie.
+struct DatasetReader::Direct {
+  int fd = -1;
+  detail::RowLayout samples, labels;
+  Direct() = default;
+  Direct(const Direct&) = delete;
+  Direct& operator=(const Direct&) = delete;
+  ~Direct() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 /// A sharded data set's index and the shard files opened so far (each by its own reader).
 struct DatasetReader::Shards {
   ShardIndex index;
@@ -271,6 +288,45 @@ DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
   check_labels_shape(labels_.get(), labels_where, count);
   read_root_attributes(file_.get(), file_where, info_);
   if (options_.validate_labels) validate_all_labels(labels_.get(), labels_where, count, info_.classes);
+  plan_direct_reads(file_where);
+}
+
+void DatasetReader::plan_direct_reads(const std::string& file_where) {
+  if (const char* v = std::getenv("HPCTRAIN_DATA_READS"); v != nullptr && *v != '\0') {
+    const std::string mode(v);
+    HPCTRAIN_REQUIRE(mode == "direct" || mode == "hdf5",
+                     fmt::format("HPCTRAIN_DATA_READS='{}': expected 'direct' (pread where the layout allows, the "
+                                 "default) or 'hdf5' (every read through H5Dread)",
+                                 mode));
+    if (mode == "hdf5") return;
+  }
+  if (!options_.direct_reads) return;
+  const hid_t sample_type = info_.stored_type == SampleType::uint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+  auto samples = detail::plan_row_layout(samples_.get(), sample_type, static_cast<std::size_t>(info_.sample_size),
+                                         file_where + " " + DatasetFormat::samples);
+  auto labels = detail::plan_row_layout(labels_.get(), H5T_NATIVE_INT32, 1, file_where + " " + DatasetFormat::labels);
+  if (!samples || !labels) return;
+  auto direct = std::make_unique<Direct>();
+  direct->fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (direct->fd < 0) return;  // HDF5 has it open: read through HDF5
+  struct stat st {};
+  // The descriptor must be the file HDF5 opened (identity_), not one renamed onto its path since.
+  if (::fstat(direct->fd, &st) != 0 || static_cast<std::uint64_t>(st.st_dev) != identity_.device ||
+      static_cast<std::uint64_t>(st.st_ino) != identity_.inode) {
+    return;
+  }
+  direct->samples = std::move(*samples);
+  direct->labels = std::move(*labels);
+  direct_ = std::move(direct);
+}
+
+bool DatasetReader::reads_directly() const {
+  if (!shards_) return direct_ != nullptr;
+  std::lock_guard<std::mutex> guard(shards_->mutex);
+  for (const auto& r : shards_->open) {
+    if (r) return r->direct_ != nullptr;
+  }
+  return false;
 }
 
 void DatasetReader::open_file(const std::string& file_where) {
@@ -326,12 +382,14 @@ DatasetReader& DatasetReader::operator=(DatasetReader&& other) noexcept {
     file_ = std::move(other.file_);
     identity_ = other.identity_;
     shards_ = std::move(other.shards_);
+    direct_ = std::move(other.direct_);
   }
   return *this;
 }
 
 void DatasetReader::close() noexcept {
   shards_.reset();
+  direct_.reset();
   // Datasets before the file (HDF5 would keep the file open while they live anyway).
   samples_.reset();
   labels_.reset();
@@ -387,6 +445,20 @@ void DatasetReader::read_sorted(const std::vector<std::int64_t>& order, StoredSa
     out.bytes.resize(m * sample_size);
   } else {
     out.floats.resize(m * sample_size);
+  }
+  if (direct_) {
+    // One pread per run of consecutive indices (split at chunk ends), no HDF5 call.
+    void* values = bytes ? static_cast<void*>(out.bytes.data()) : static_cast<void*>(out.floats.data());
+    for (std::size_t i = 0; i < m;) {
+      std::size_t j = i + 1;
+      while (j < m && order[j] == order[j - 1] + 1) ++j;
+      const auto first = static_cast<hsize_t>(order[i]), n = static_cast<hsize_t>(j - i);
+      detail::pread_rows(direct_->fd, direct_->samples, first, n,
+                         static_cast<unsigned char*>(values) + i * direct_->samples.row_bytes, path_);
+      detail::pread_rows(direct_->fd, direct_->labels, first, n, out.labels.data() + i, path_);
+      i = j;
+    }
+    return;
   }
   H5Lock lock;
   // One H5Dread per run of consecutive indices, with a memory space of the same shape as the

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -119,6 +120,7 @@ struct RawDataset {
   std::int64_t bad_label_index = -1;        // >= 0: that label becomes `bad_label_value`
   std::int32_t bad_label_value = 0;
   hsize_t chunk = 7;                        // samples per chunk
+  std::vector<hsize_t> chunk_sample_dims;   // empty: whole samples per chunk
 };
 
 /// Writes a data set file with the raw HDF5 C API: uint8 samples by synthetic_pixel, int32
@@ -133,6 +135,7 @@ inline void write_dataset_file(const std::string& path, const RawDataset& d) {
     dims.insert(dims.end(), d.sample_dims.begin(), d.sample_dims.end());
     std::vector<hsize_t> chunk = dims;
     chunk[0] = std::min<hsize_t>(d.chunk, dims[0]);
+    if (!d.chunk_sample_dims.empty()) std::copy(d.chunk_sample_dims.begin(), d.chunk_sample_dims.end(), chunk.begin() + 1);
     hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());

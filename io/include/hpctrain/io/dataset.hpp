@@ -60,6 +60,11 @@ struct DatasetReaderOptions {
   /// must be read and inflated whole). Uncompressed data bypasses the cache: each sample is
   /// read directly from its place in the file.
   std::size_t compressed_chunk_cache_bytes = std::size_t{64} << 20;
+  /// Read the rows of an uncompressed file in native byte order with pread at addresses HDF5
+  /// gives once at open (one call per run of consecutive samples, no HDF5 call per batch), where
+  /// the layout allows it; other files, and `false` here or HPCTRAIN_DATA_READS=hdf5 in the
+  /// environment, read through H5Dread. The same values either way (docs/data.md).
+  bool direct_reads = true;
 };
 
 /// Where training batches come from: the normalised samples of a data set by global index.
@@ -142,6 +147,10 @@ class DatasetReader final : public SampleSource {
   void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
             std::vector<std::int32_t>& labels) const override;
 
+  /// True when batches are read with pread rather than through HDF5 (direct_reads; a sharded
+  /// set: false until a shard is open, then its first shard's answer).
+  bool reads_directly() const;
+
   /// How many files this reader has opened: 1 for a data set file; for a sharded set, the shards
   /// a read has needed so far.
   std::size_t open_file_count() const;
@@ -149,6 +158,8 @@ class DatasetReader final : public SampleSource {
  private:
   struct StoredSamples;
   struct Shards;
+  struct Direct;
+  void plan_direct_reads(const std::string& file_where);
   void read_shards(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
                    std::vector<std::int32_t>& labels) const;
   void close() noexcept;
@@ -165,6 +176,7 @@ class DatasetReader final : public SampleSource {
   H5Dataset labels_;
   DataFileIdentity identity_;  ///< recorded when the file was opened
   std::unique_ptr<Shards> shards_;  ///< set for a sharded data set (then file_ stays closed)
+  std::unique_ptr<Direct> direct_;  ///< set when rows are read with pread (direct_reads)
 };
 
 }  // namespace hpctrain::io
