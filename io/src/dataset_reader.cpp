@@ -447,16 +447,24 @@ void DatasetReader::read_sorted(const std::vector<std::int64_t>& order, StoredSa
     out.floats.resize(m * sample_size);
   }
   if (direct_) {
-    // One pread per run of consecutive indices (split at chunk ends), no HDF5 call.
-    void* values = bytes ? static_cast<void*>(out.bytes.data()) : static_cast<void*>(out.floats.data());
+    // One pread per run of consecutive indices (split at chunk ends), no HDF5 call. First every
+    // run is announced to the kernel (WILLNEED), so reads of samples not in the page cache go to
+    // the disk together rather than one at a time (a batch is a random subset of a set that may
+    // be larger than memory).
+    std::vector<std::pair<std::size_t, std::size_t>> runs;  // [i, j) in `order`
     for (std::size_t i = 0; i < m;) {
       std::size_t j = i + 1;
       while (j < m && order[j] == order[j - 1] + 1) ++j;
+      runs.emplace_back(i, j);
+      detail::advise_rows(direct_->fd, direct_->samples, static_cast<hsize_t>(order[i]), j - i);
+      i = j;
+    }
+    void* values = bytes ? static_cast<void*>(out.bytes.data()) : static_cast<void*>(out.floats.data());
+    for (const auto& [i, j] : runs) {
       const auto first = static_cast<hsize_t>(order[i]), n = static_cast<hsize_t>(j - i);
       detail::pread_rows(direct_->fd, direct_->samples, first, n,
                          static_cast<unsigned char*>(values) + i * direct_->samples.row_bytes, path_);
       detail::pread_rows(direct_->fd, direct_->labels, first, n, out.labels.data() + i, path_);
-      i = j;
     }
     return;
   }

@@ -1,5 +1,6 @@
 #include "direct_sample_reads.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,14 +68,31 @@ std::optional<RowLayout> plan_row_layout(hid_t dset, hid_t native_type, std::siz
   return layout;
 }
 
-void pread_rows(int fd, const RowLayout& layout, hsize_t first, hsize_t count, void* dst, const std::string& path) {
-  auto* out = static_cast<unsigned char*>(dst);
+namespace {
+/// Calls fn(file offset, bytes) for each piece of rows [first, first + count) inside one chunk.
+template <typename F>
+void for_each_piece(const RowLayout& layout, hsize_t first, hsize_t count, F&& fn) {
   while (count > 0) {
     const hsize_t c = first / layout.rows_per_chunk;
     const hsize_t in_chunk = first - c * layout.rows_per_chunk;
     const hsize_t n = std::min(count, layout.rows_per_chunk - in_chunk);
-    std::size_t want = static_cast<std::size_t>(n) * layout.row_bytes;
-    auto at = static_cast<off_t>(layout.chunk[static_cast<std::size_t>(c)] + in_chunk * layout.row_bytes);
+    fn(static_cast<off_t>(layout.chunk[static_cast<std::size_t>(c)] + in_chunk * layout.row_bytes),
+       static_cast<std::size_t>(n) * layout.row_bytes);
+    first += n;
+    count -= n;
+  }
+}
+}  // namespace
+
+void advise_rows(int fd, const RowLayout& layout, hsize_t first, hsize_t count) noexcept {
+  for_each_piece(layout, first, count, [fd](off_t at, std::size_t bytes) {
+    (void)::posix_fadvise(fd, at, static_cast<off_t>(bytes), POSIX_FADV_WILLNEED);
+  });
+}
+
+void pread_rows(int fd, const RowLayout& layout, hsize_t first, hsize_t count, void* dst, const std::string& path) {
+  auto* out = static_cast<unsigned char*>(dst);
+  for_each_piece(layout, first, count, [&](off_t at, std::size_t want) {
     while (want > 0) {
       const ssize_t got = ::pread(fd, out, want, at);
       if (got < 0 && errno == EINTR) continue;
@@ -84,9 +102,7 @@ void pread_rows(int fd, const RowLayout& layout, hsize_t first, hsize_t count, v
       at += got;
       want -= static_cast<std::size_t>(got);
     }
-    first += n;
-    count -= n;
-  }
+  });
 }
 
 }  // namespace hpctrain::io::detail

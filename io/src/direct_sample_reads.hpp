@@ -40,4 +40,8 @@ std::optional<RowLayout> plan_row_layout(hid_t dset, hid_t native_type, std::siz
 /// (count x row_bytes). Throws naming `path` on a read error or a short read. No HDF5 call.
 void pread_rows(int fd, const RowLayout& layout, hsize_t first, hsize_t count, void* dst, const std::string& path);
 
+/// Tells the kernel (posix_fadvise WILLNEED) that rows [first, first + count) will be read soon:
+/// it starts reading those not in the page cache. Advice only: errors are ignored.
+void advise_rows(int fd, const RowLayout& layout, hsize_t first, hsize_t count) noexcept;
+
 }  // namespace hpctrain::io::detail

@@ -35,6 +35,20 @@ std::optional<std::uint64_t> read_limit(const std::string& path) {
   return static_cast<std::uint64_t>(v);
 }
 
+}  // namespace
+
+std::uint64_t stat_value(const std::string& memory_stat, const std::string& key) {
+  std::istringstream lines(memory_stat);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 && line[key.size()] == ' ') {
+      return std::strtoull(line.c_str() + key.size() + 1, nullptr, 10);
+    }
+  }
+  return 0;
+}
+
+namespace {
+
 /// This process's cgroup limit less its use, with a description; nullopt when it has none.
 std::optional<AvailableMemory> cgroup_headroom() {
   std::istringstream lines(read_text("/proc/self/cgroup"));
@@ -53,11 +67,19 @@ std::optional<AvailableMemory> cgroup_headroom() {
     for (const std::string& dir : {mount + path, mount}) {
       const std::optional<std::uint64_t> limit = read_limit(dir + "/" + limit_name);
       if (!limit) continue;
-      const std::uint64_t used = read_limit(dir + "/" + usage_name).value_or(0);
+      // In use = the working set: the charge less the inactive file cache, which the kernel
+      // reclaims before it OOM-kills (what cAdvisor and the kubelet count). The charge alone
+      // includes the page cache of everything read in the group, so a run streaming a data set
+      // larger than the limit found the group "full" and was refused (bench-out-of-core.sh).
+      const std::uint64_t charged = read_limit(dir + "/" + usage_name).value_or(0);
+      const std::uint64_t inactive_file =
+          stat_value(read_text(dir + "/memory.stat"), v2 ? "inactive_file" : "total_inactive_file");
+      const std::uint64_t used = charged > inactive_file ? charged - inactive_file : 0;
       AvailableMemory a;
       a.bytes = *limit > used ? *limit - used : 0;
-      a.source = fmt::format("cgroup limit {} less {} in use ({}/{})", format_bytes(static_cast<double>(*limit)),
-                             format_bytes(static_cast<double>(used)), dir, limit_name);
+      a.source = fmt::format("cgroup limit {} less {} in use ({}/{}; in use = {} less its inactive file cache)",
+                             format_bytes(static_cast<double>(*limit)), format_bytes(static_cast<double>(used)), dir,
+                             limit_name, usage_name);
       return a;
     }
   }

@@ -35,3 +35,11 @@ TEST(SystemMemory, EnvironmentOverride) {
   EXPECT_EQ(a.bytes, 12345u);
   EXPECT_EQ(a.source, "HPCTRAIN_MEMORY_AVAILABLE_BYTES");
 }
+
+TEST(SystemMemory, ReadsCgroupMemoryStat) {
+  const std::string v1 = "cache 9715712\ninactive_file 135168\ntotal_inactive_file 277016576\ntotal_rss 8\n";
+  EXPECT_EQ(io::stat_value(v1, "total_inactive_file"), 277016576u);
+  EXPECT_EQ(io::stat_value(v1, "inactive_file"), 135168u);  // not the total_ line
+  EXPECT_EQ(io::stat_value(v1, "inactive"), 0u);            // whole keys only
+  EXPECT_EQ(io::stat_value("anon 5\nfile 6\n", "inactive_file"), 0u);
+}

@@ -33,4 +33,8 @@ std::string format_bytes(double bytes);
 /// absent. Exposed for tests.
 std::uint64_t parse_mem_available(const std::string& meminfo);
 
+/// The value of `key` in a cgroup memory.stat text ("key value" lines), or 0 when it is absent.
+/// Exposed for tests.
+std::uint64_t stat_value(const std::string& memory_stat, const std::string& key);
+
 }  // namespace hpctrain::io
