@@ -9,8 +9,10 @@
 #
 #   scripts/bench-out-of-core.sh [--build DIR] [--out DIR] [--cap-mib 512] [--factor 4.2]
 #       [--models "mlp cnn"] [--mlp-steps 3000] [--cnn-steps 300] [--subset 60000] [--repeats 2]
-#       [--ranks 2]
+#       [--ranks 2] [--shuffle-block 64]
 #
+# --shuffle-block S (default 64; 1 = sample by sample) is passed to both sides: batches of S-sample
+# runs, which a disk serves far faster than scattered samples (docs/data.md).
 # Needs root and a writable cgroup v1 memory controller (/sys/fs/cgroup/memory). Writes one JSON
 # line per run and a Markdown table to --out (default results/out-of-core-<time>); prints the
 # table. Run it on a quiet machine (it prints the load before and after).
@@ -27,6 +29,7 @@ cnn_steps=300
 subset=60000
 repeats=2
 ranks=2
+shuffle_block=64
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -41,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --subset) subset=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
+    --shuffle-block) shuffle_block=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench-out-of-core: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -74,7 +78,7 @@ run() {
   steps=$([[ $model == mlp ]] && echo "$mlp_steps" || echo "$cnn_steps")
   metrics=$work/$model-$side-$rep.jsonl
   local cmd=(mpirun -n "$ranks" --bind-to core "$hpctrain" train --model "$model" --no-eval --max-steps "$steps"
-             --epochs 1000 --global-batch 128 --seed 5 --log-every 0 --metrics "$metrics")
+             --epochs 1000 --global-batch 128 --seed 5 --log-every 0 --shuffle-block "$shuffle_block" --metrics "$metrics")
   if [[ $side == streamed ]]; then
     sync; echo 1 > /proc/sys/vm/drop_caches
     timeout -k 5 1800 sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$group" \
@@ -88,9 +92,9 @@ run() {
   summary=$(grep '"type":"summary"' "$metrics" | tail -1)
   rate=$(sed -E 's/.*"samples_per_s":([0-9.e+]+).*/\1/' <<<"$summary")
   rss=$(sed -E 's/.*"peak_rss_bytes":([0-9]+).*/\1/' <<<"$summary")
-  printf '{"model":"%s","side":"%s","repeat":%d,"steps":%d,"samples_per_s":%s,"peak_rss_bytes":%s,"data_samples":%d,"cap_mib":%d}\n' \
+  printf '{"model":"%s","side":"%s","repeat":%d,"steps":%d,"samples_per_s":%s,"peak_rss_bytes":%s,"data_samples":%d,"cap_mib":%d,"shuffle_block":%d}\n' \
     "$model" "$side" "$rep" "$steps" "$rate" "$rss" "$([[ $side == streamed ]] && echo "$samples" || echo "$subset")" \
-    "$cap_mib" | tee -a "$out/runs.jsonl"
+    "$cap_mib" "$shuffle_block" | tee -a "$out/runs.jsonl"
 }
 
 for model in $models; do

@@ -40,22 +40,33 @@ std::uint64_t SplitMix64::bounded(std::uint64_t n) noexcept {
 }
 
 std::vector<std::int64_t> epoch_permutation(std::int64_t count, std::uint64_t seed,
-                                            std::int64_t epoch, bool shuffle) {
+                                            std::int64_t epoch, bool shuffle, std::int64_t shuffle_block) {
   HPCTRAIN_REQUIRE(count >= 0, "epoch_permutation: negative sample count");
   HPCTRAIN_REQUIRE(epoch >= 0, "epoch_permutation: negative epoch");
+  HPCTRAIN_REQUIRE(shuffle_block >= 1, fmt::format("epoch_permutation: shuffle block {} must be at least 1", shuffle_block));
   std::vector<std::int64_t> perm(static_cast<std::size_t>(count));
   std::iota(perm.begin(), perm.end(), std::int64_t{0});
   if (!shuffle) return perm;
+  // Fisher-Yates over the blocks (the samples when shuffle_block is 1).
+  const std::int64_t blocks = (count + shuffle_block - 1) / shuffle_block;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(blocks));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
   SplitMix64 rng = SplitMix64::for_epoch(seed, static_cast<std::uint64_t>(epoch));
-  for (std::int64_t i = count - 1; i >= 1; --i) {
+  for (std::int64_t i = blocks - 1; i >= 1; --i) {
     auto j = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(i + 1)));
-    std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(j)]);
+    std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+  }
+  if (shuffle_block == 1) return order;
+  std::size_t at = 0;
+  for (const std::int64_t b : order) {
+    for (std::int64_t i = b * shuffle_block; i < std::min(count, (b + 1) * shuffle_block); ++i) perm[at++] = i;
   }
   return perm;
 }
 
 EpochPlan::EpochPlan(std::int64_t count, std::int64_t global_batch, int rank, int world,
-                     std::uint64_t seed, bool drop_last, bool shuffle, std::int64_t granule)
+                     std::uint64_t seed, bool drop_last, bool shuffle, std::int64_t granule,
+                     std::int64_t shuffle_block)
     : count_(count),
       global_batch_(global_batch),
       rank_(rank),
@@ -63,7 +74,9 @@ EpochPlan::EpochPlan(std::int64_t count, std::int64_t global_batch, int rank, in
       seed_(seed),
       drop_last_(drop_last),
       shuffle_(shuffle),
-      granule_(granule) {
+      granule_(granule),
+      shuffle_block_(shuffle_block) {
+  HPCTRAIN_REQUIRE(shuffle_block >= 1, fmt::format("EpochPlan: shuffle block {} must be at least 1", shuffle_block));
   HPCTRAIN_REQUIRE(granule >= 1, fmt::format("EpochPlan: granule {} must be at least 1", granule));
   HPCTRAIN_REQUIRE(count >= 0, fmt::format("EpochPlan: sample count {} is negative", count));
   HPCTRAIN_REQUIRE(global_batch >= 1,
@@ -105,7 +118,7 @@ std::shared_ptr<const std::vector<std::int64_t>> EpochPlan::permutation(std::int
   std::lock_guard<std::mutex> lock(cache_->mutex);
   if (cache_->epoch != epoch || !cache_->permutation) {
     cache_->permutation = std::make_shared<const std::vector<std::int64_t>>(
-        epoch_permutation(count_, seed_, epoch, shuffle_));
+        epoch_permutation(count_, seed_, epoch, shuffle_, shuffle_block_));
     cache_->epoch = epoch;
   }
   return cache_->permutation;

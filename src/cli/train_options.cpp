@@ -88,6 +88,13 @@ void add_model_data_optimizer_options(CLI::App& train, TrainArgs& a) {
                    "Micro-batches (of --global-batch each) accumulated per optimiser step without communication")
       ->capture_default_str();
   train.add_flag("--keep-last", a.keep_last, "Keep the last partial batch of an epoch (default: drop it)");
+  train.add_option("--shuffle-block", o.shuffle_block,
+                   "Shuffle each epoch in blocks of this many consecutive samples (blocks in random order, each "
+                   "block's samples together) instead of sample by sample. For data streamed from disk: a batch "
+                   "then reads B/S runs of S samples instead of B scattered ones. Assumes the file's own order is "
+                   "random (docs/data.md). Same bits at any rank count, streamed or in memory")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
+      ->capture_default_str();
   train.add_option("--seed", o.seed, "Seed of parameter initialisation, data order and dropout")->capture_default_str();
   train.add_option("--optimizer", o.optimizer, "sgd or adamw")->capture_default_str();
   train.add_option("--lr", o.lr, "Learning rate (before --lr-scaling)")->capture_default_str();

@@ -7,7 +7,10 @@
 #      split: the same checksum and test accuracy as the files;
 #   2. the shards held in memory (the default for a small set): the same checksum;
 #   3. --deterministic at np 1 on the file and np 3 on the shards: the same checksum;
-#   4. `predict` at np 2 over the sharded test split: the same /predictions and /probabilities
+#   4. --shuffle-block 16 (blocks of consecutive samples): np 2 streamed from the shards and in
+#      memory from the file, the same checksum (another one than sample shuffling's); with
+#      --deterministic, np 1 and np 3 the same;
+#   5. `predict` at np 2 over the sharded test split: the same /predictions and /probabilities
 #      as over the file (read back with h5py).
 set -u
 hpctrain=$1 mpiexec=$2 workdir=$3 python=$4
@@ -50,6 +53,15 @@ det1=$(run 1 "$work/train.h5" "$work/test.h5" --deterministic --data-in-memory-m
 det3=$(run 3 "$work/train" "$work/test" --deterministic --data-in-memory-mib 0)
 echo "deterministic: np 1 file $det1; np 3 shards $det3"
 [[ $det1 == "$det3" ]] || fail "--deterministic: np 3 on the shards differs from np 1 on the file"
+blocks=$(run 2 "$work/train" "$work/test" --data-in-memory-mib 0 --shuffle-block 16)
+blocks_memory=$(run 2 "$work/train.h5" "$work/test.h5" --shuffle-block 16)
+echo "--shuffle-block 16: np 2 shards streamed $blocks; file in memory $blocks_memory"
+[[ $blocks == "$blocks_memory" ]] || fail "--shuffle-block 16: in memory differs from streamed"
+[[ ${blocks%% test*} != "${file%% test*}" ]] || fail "--shuffle-block 16 trained on the same order as sample shuffling"
+det_blocks1=$(run 1 "$work/train.h5" "$work/test.h5" --deterministic --shuffle-block 16)
+det_blocks3=$(run 3 "$work/train" "$work/test" --deterministic --shuffle-block 16 --data-in-memory-mib 0)
+echo "--shuffle-block 16 --deterministic: np 1 $det_blocks1; np 3 $det_blocks3"
+[[ $det_blocks1 == "$det_blocks3" ]] || fail "--shuffle-block 16 --deterministic: np 3 differs from np 1"
 for data in test.h5 test; do
   timeout -k 5 120 "$mpiexec" -n 2 --oversubscribe "$hpctrain" predict --checkpoint "$work/ck" --data "$work/$data" \
     --out "$work/pred-$data.h5" > /dev/null 2>&1 || fail "predict over $data"

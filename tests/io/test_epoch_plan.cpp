@@ -216,3 +216,36 @@ TEST(EpochPlan, RejectsBadArguments) {
   EXPECT_THROW(p.rank_indices(0, 3), hpctrain::Error);
   EXPECT_THROW(p.rank_indices(0, -1), hpctrain::Error);
 }
+
+TEST(EpochPermutation, BlocksAreTheSamePermutationOfBlocksKeptWhole) {
+  // Block order = the sample permutation of ceil(N/S) items under the same seed and epoch (whose
+  // known answers are checked above); each block's samples stay in file order.
+  for (const auto& [n, s] : std::vector<std::pair<std::int64_t, std::int64_t>>{{10, 3}, {12, 4}, {100, 7}, {5, 9}}) {
+    const std::int64_t blocks = (n + s - 1) / s;
+    const auto order = io::epoch_permutation(blocks, 42, 2);
+    std::vector<std::int64_t> expected;
+    for (const std::int64_t b : order) {
+      for (std::int64_t i = b * s; i < std::min(n, (b + 1) * s); ++i) expected.push_back(i);
+    }
+    EXPECT_EQ(io::epoch_permutation(n, 42, 2, true, s), expected) << "N = " << n << ", S = " << s;
+  }
+  // Python transcription of docs/data.md: the permutation of 4 under seed 42, epoch 0 is [3, 0, 1, 2].
+  EXPECT_EQ(io::epoch_permutation(10, 42, 0, true, 3), (std::vector<std::int64_t>{9, 0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(io::epoch_permutation(100, 7, 1, true, 1), io::epoch_permutation(100, 7, 1));
+  EXPECT_EQ(io::epoch_permutation(6, 7, 1, false, 4), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_THROW(io::epoch_permutation(6, 7, 1, true, 0), hpctrain::Error);
+  // EpochPlan with blocks: the ranks' shares still concatenate to the whole batch.
+  const io::EpochPlan one(1000, 96, 0, 1, 3, false, true, 1, 16);
+  EXPECT_EQ(one.shuffle_block(), 16);
+  for (int world : {2, 3, 5}) {
+    for (std::int64_t b = 0; b < one.batches_per_epoch(); ++b) {
+      std::vector<std::int64_t> joined;
+      for (int r = 0; r < world; ++r) {
+        const io::EpochPlan plan(1000, 96, r, world, 3, false, true, 1, 16);
+        const auto mine = plan.rank_indices(1, b);
+        joined.insert(joined.end(), mine.begin(), mine.end());
+      }
+      ASSERT_EQ(joined, one.global_indices(1, b)) << "P = " << world << ", batch " << b;
+    }
+  }
+}

@@ -36,6 +36,7 @@ nlohmann::json run_identity(const TrainOptions& o, std::int64_t samples) {
     id["deterministic"] = true;
     id["micro_shard"] = o.micro_shard;
   }
+  if (o.shuffle_block != 1) id["shuffle_block"] = o.shuffle_block;  // likewise: only when set
   return id;
 }
 

@@ -54,8 +54,11 @@ void ProgressReport::print_start(const RunDescription& run) const {
               o.accumulate > 1 ? (" x " + std::to_string(o.accumulate) + " accumulated").c_str() : "",
               static_cast<long long>(run.total_steps), static_cast<long long>(o.epochs),
               static_cast<long long>(run.steps_per_epoch));
-  std::printf("hpctrain: data '%s' (%lld samples%s), %zu gradient buckets, lr %.4g (%s schedule)\n", o.data.c_str(),
-              static_cast<long long>(run.data_samples), run.data_in_memory ? ", in memory" : "", run.gradient_buckets,
+  const std::string blocks =
+      o.shuffle_block > 1 ? ", shuffled in blocks of " + std::to_string(o.shuffle_block) : std::string();
+  std::printf("hpctrain: data '%s' (%lld samples%s%s), %zu gradient buckets, lr %.4g (%s schedule)\n", o.data.c_str(),
+              static_cast<long long>(run.data_samples), run.data_in_memory ? ", in memory" : "", blocks.c_str(),
+              run.gradient_buckets,
               schedule_.base_lr,
               to_string(schedule_.kind).c_str());
   std::printf("hpctrain: compute: %s, gemm on %s, convolutions on %s\n", describe(compute_threads()).c_str(),

@@ -328,7 +328,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   // micro-shards per rank.
   const BlasThreadsOverride blas_override(o.deterministic ? 1 : 0);
   const io::EpochPlan plan(reader.info().count, o.global_batch, comm.rank(), comm.size(), o.seed, o.drop_last,
-                           /*shuffle=*/true, o.deterministic ? o.micro_shard : 1);
+                           /*shuffle=*/true, o.deterministic ? o.micro_shard : 1, o.shuffle_block);
   const auto sync = make_gradient_sync(o, comm, *model, timeline);
 
   LrSchedule schedule = o.schedule;

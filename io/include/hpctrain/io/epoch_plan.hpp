@@ -15,6 +15,13 @@
 /// (std::shuffle and std::uniform_int_distribution are not used: their output differs between
 /// standard libraries.) With shuffle off the permutation is the identity.
 ///
+/// Block shuffling (shuffle_block S > 1): the same draws permute the ceil(N/S) blocks of S
+/// consecutive samples ([k*S, min((k+1)*S, N)), the last one possibly shorter) instead of the
+/// samples, and the permutation is the blocks in that order, each block's samples in file order.
+/// A batch then holds about B/S runs of S consecutive samples: what a data set streamed from a
+/// disk needs (docs/data.md); it assumes the file's own order is already random. S = 1 is the
+/// sample permutation above, draw for draw.
+///
 /// Global batch b holds positions [b*B, min((b+1)*B, N)) of the permutation; its size is
 /// B_b = B except for a last partial batch, which exists only when drop_last is false. Rank r of
 /// P takes positions [floor(r*B_b/P), floor((r+1)*B_b/P)) of the batch: when P does not divide
@@ -51,7 +58,8 @@ class SplitMix64 {
 
 /// The permutation of [0, count) for `epoch` (identity when shuffle is false).
 std::vector<std::int64_t> epoch_permutation(std::int64_t count, std::uint64_t seed,
-                                            std::int64_t epoch, bool shuffle = true);
+                                            std::int64_t epoch, bool shuffle = true,
+                                            std::int64_t shuffle_block = 1);
 
 /// A rank's share of one global batch: positions [offset, offset + count) of the batch.
 struct RankSlice {
@@ -65,7 +73,8 @@ class EpochPlan {
  public:
   /// `global_batch` is the batch over all ranks (the unit the user sets), >= 1.
   EpochPlan(std::int64_t count, std::int64_t global_batch, int rank, int world,
-            std::uint64_t seed, bool drop_last, bool shuffle = true, std::int64_t granule = 1);
+            std::uint64_t seed, bool drop_last, bool shuffle = true, std::int64_t granule = 1,
+            std::int64_t shuffle_block = 1);
 
   std::int64_t count() const noexcept { return count_; }
   std::int64_t global_batch() const noexcept { return global_batch_; }
@@ -76,6 +85,8 @@ class EpochPlan {
   bool shuffle() const noexcept { return shuffle_; }
   /// Positions per granule of a rank's share (see the file comment); 1 by default.
   std::int64_t granule() const noexcept { return granule_; }
+  /// Samples per shuffled block (see the file comment); 1 by default.
+  std::int64_t shuffle_block() const noexcept { return shuffle_block_; }
 
   /// floor(N/B) with drop_last, ceil(N/B) without.
   std::int64_t batches_per_epoch() const noexcept;
@@ -120,6 +131,7 @@ class EpochPlan {
   bool drop_last_;
   bool shuffle_;
   std::int64_t granule_;
+  std::int64_t shuffle_block_;
 
   struct Cache {
     std::mutex mutex;

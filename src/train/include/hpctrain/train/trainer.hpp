@@ -31,6 +31,8 @@ struct TrainOptions {
   std::int64_t global_batch = 128;
   std::int64_t accumulate = 1;  ///< micro-batches (of global_batch each) per optimiser step
   bool drop_last = true;
+  /// Shuffle the epoch in blocks of this many consecutive samples (io::EpochPlan); 1 = sample by sample.
+  std::int64_t shuffle_block = 1;
   std::uint64_t seed = 42;
   std::string optimizer = "sgd";  ///< sgd | adamw
   double lr = 0.05;
