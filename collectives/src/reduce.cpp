@@ -79,7 +79,9 @@ void combine_any(void* out, const void* a, const void* b, std::size_t n, Op op) 
   auto* o = static_cast<T*>(out);
   const auto* x = static_cast<const T*>(a);
   const auto* y = static_cast<const T*>(b);
-  if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<Op, Sum>) {
+    sum_bf16(o, x, y, n);  // the same arithmetic, vectorised
+  } else if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
     combine_half_to(o, x, y, n, op);  // element by element: out == a is fine
   } else if (out == a) {
     combine(o, y, n, op);

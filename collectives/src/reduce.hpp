@@ -18,6 +18,10 @@ void reduce_to(void* out, const void* a, const void* b, std::size_t count, DataT
 /// buf[i] /= ranks (float types) or truncating integer division (integer types).
 void divide_by(void* buf, std::size_t count, DataType type, int ranks);
 
+/// out[i] = bf16(float(a[i]) + float(b[i])): reduce_to's bf16 sum, vectorised (half_kernels.cpp);
+/// `out` may be `a` or `b`.
+void sum_bf16(bf16* out, const bf16* a, const bf16* b, std::size_t n) noexcept;
+
 /// The op the algorithms run for `op` (avg -> sum).
 inline ReduceOp combine_op(ReduceOp op) noexcept { return op == ReduceOp::avg ? ReduceOp::sum : op; }
 

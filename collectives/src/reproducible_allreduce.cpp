@@ -11,6 +11,7 @@
 // the same as a double one. Integer addition is associative, so every algorithm, transport and
 // rank count gives the same bits.
 
+#include "vector_clones.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 
 #include <algorithm>
@@ -71,18 +72,9 @@ HPCTRAIN_ALWAYS_INLINE_EARLY inline std::int64_t round_half_away(double y) noexc
   return t + static_cast<std::int64_t>(f >= 0.5) - static_cast<std::int64_t>(f <= -0.5);
 }
 
-// The two hot loops, compiled for AVX-512 (vcvttpd2qq / vcvtqq2pd convert 8 doubles to int64
-// and back per instruction; without AVX-512DQ each element is a scalar conversion) and for the
-// baseline, picked at load time by GCC's target_clones. Both clones do the same IEEE
-// operations in the same order per element, so the bits do not depend on the CPU.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
-// x86-64-v4 = AVX-512 F/BW/CD/DQ/VL, picked by ISA level (not by CPU model as "arch=<cpu>" is).
-#define HPCTRAIN_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
-#define HPCTRAIN_ALWAYS_INLINE __attribute__((always_inline))
-#else
-#define HPCTRAIN_VECTOR_CLONES
-#define HPCTRAIN_ALWAYS_INLINE
-#endif
+// The two hot loops, cloned for AVX-512 (vcvttpd2qq / vcvtqq2pd convert 8 doubles to int64
+// and back per instruction; without AVX-512DQ each element is a scalar conversion), AVX2 and the
+// baseline (vector_clones.hpp).
 
 /// acc[i] += round(term[i] * 2^s), the scale given as one or two factors (first, second).
 template <class T>

@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -527,6 +528,87 @@ TEST(HalfPrecision, ConversionsRoundToNearestEven) {
     const float f = to_float(h);
     if (!std::isnan(f)) {
       ASSERT_EQ(to_bf16(f).bits, h.bits) << "pattern " << b;
+    }
+  }
+}
+
+// bfloat16 of f by an independent route: the two bf16 neighbours of f, the nearer in double (a
+// tie to the even one); NaN gives a quiet NaN.
+std::uint16_t reference_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if (std::isnan(f)) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  const std::uint32_t down = u & 0xffff0000u;
+  const auto value = [](std::uint32_t bits) {
+    if ((bits & 0x7fffffffu) == 0x7f800000u) return std::copysign(0x1p128, bits >> 31 ? -1.0 : 1.0);
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return static_cast<double>(x);
+  };
+  if (down == u || std::isinf(f)) return static_cast<std::uint16_t>(u >> 16);
+  const double below = std::fabs(static_cast<double>(f) - value(down));
+  const double above = std::fabs(value(down + 0x10000u) - static_cast<double>(f));
+  const bool up = above < below || (above == below && ((down >> 16) & 1u) != 0);
+  return static_cast<std::uint16_t>((up ? down + 0x10000u : down) >> 16);
+}
+
+TEST(HalfPrecision, ArrayConversionsMatchTheElementFunctionsAndAReference) {
+  std::mt19937 rng(11);
+  std::vector<float> in;
+  for (const float special : {0.0f, -0.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 0x1p-149f, -0x1p-140f, 3.3895e38f,
+                              3.4e38f, INFINITY, -INFINITY, NAN, -NAN}) {
+    in.push_back(special);
+  }
+  std::uint32_t signalling = 0x7f800001u;  // a signalling NaN: quieted
+  float snan;
+  std::memcpy(&snan, &signalling, sizeof snan);
+  in.push_back(snan);
+  while (in.size() < 300007) {
+    const std::uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    in.push_back(f);
+  }
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{17}, std::size_t{65},
+                              in.size()}) {
+    std::vector<bf16> out(n + 1, bf16{0xabcd});
+    to_bf16(in.data(), out.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i].bits, to_bf16(in[i]).bits) << "element " << i << " of " << n;
+      ASSERT_EQ(out[i].bits, reference_bf16(in[i])) << "value " << in[i];
+    }
+    EXPECT_EQ(out[n].bits, 0xabcd) << "wrote past the end";
+    std::vector<float> back(n + 1, 7.0f);
+    to_float(out.data(), back.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float one = to_float(out[i]);
+      ASSERT_EQ(std::memcmp(&back[i], &one, sizeof one), 0) << "element " << i;
+    }
+    EXPECT_EQ(back[n], 7.0f);
+  }
+}
+
+TEST(HalfPrecision, Bf16SumOfTwoRanksIsOneRoundedAddition) {
+  // At two ranks every element is one addition: bf16(float(a) + float(b)) exactly, whatever
+  // kernel (vectorised or not) and block size the reduction uses.
+  const std::size_t n = 100003;
+  std::vector<std::vector<bf16>> data(2, std::vector<bf16>(n));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (auto& v : data) {
+    for (auto& x : v) x = to_bf16(normal(rng));
+  }
+  for (const Algorithm algo : {Algorithm::ring, Algorithm::recursive_doubling, Algorithm::tree}) {
+    std::vector<std::vector<bf16>> got(2);
+    testing::run_loopback_ranks(2, Tuning{}, [&](Communicator& comm) {
+      std::vector<bf16> buf = data[static_cast<std::size_t>(comm.rank())];
+      comm.allreduce(buf.data(), buf.data(), n, DataType::bf16, ReduceOp::sum, algo);
+      got[static_cast<std::size_t>(comm.rank())] = buf;
+    });
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint16_t want = to_bf16(to_float(data[0][i]) + to_float(data[1][i])).bits;
+      ASSERT_EQ(got[0][i].bits, want) << to_string(algo) << " element " << i;
+      ASSERT_EQ(got[1][i].bits, want) << to_string(algo) << " element " << i;
     }
   }
 }

@@ -28,7 +28,8 @@ void pack_wire(const float* grads, std::uint16_t* wire, std::size_t count, coll:
   if (cast == WireCast::truncated_exponent_test) {
     for (std::size_t i = 0; i < count; ++i) wire[i] = truncated_exponent(grads[i], type);
   } else if (type == coll::DataType::bf16) {
-    for (std::size_t i = 0; i < count; ++i) wire[i] = coll::to_bf16(grads[i]).bits;
+    static_assert(sizeof(coll::bf16) == sizeof(std::uint16_t), "bf16 is its 16 bits");
+    coll::to_bf16(grads, reinterpret_cast<coll::bf16*>(wire), count);
   } else {
     for (std::size_t i = 0; i < count; ++i) wire[i] = coll::to_f16(grads[i]).bits;
   }
@@ -36,7 +37,7 @@ void pack_wire(const float* grads, std::uint16_t* wire, std::size_t count, coll:
 
 void unpack_wire(const std::uint16_t* wire, float* grads, std::size_t count, coll::DataType type) {
   if (type == coll::DataType::bf16) {
-    for (std::size_t i = 0; i < count; ++i) grads[i] = coll::to_float(coll::bf16{wire[i]});
+    coll::to_float(reinterpret_cast<const coll::bf16*>(wire), grads, count);
   } else {
     for (std::size_t i = 0; i < count; ++i) grads[i] = coll::to_float(coll::f16{wire[i]});
   }

@@ -30,16 +30,19 @@ inline float to_float(bf16 h) noexcept {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
-/// float -> bfloat16, round to nearest even; NaN stays NaN.
+/// float -> bfloat16, round to nearest even; NaN stays NaN (quieted). Branch-free, so loops of it
+/// vectorise.
 inline bf16 to_bf16(float f) noexcept {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
-    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};  // quiet NaN
-  }
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return bf16{static_cast<std::uint16_t>(u >> 16)};
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // to nearest, ties to even
+  const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return bf16{static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
 }
+/// Whole arrays, the same values as the element functions above: vectorised loops (AVX-512 or
+/// AVX2 where the CPU has them, chosen at run time), for gradients cast to and from the wire.
+void to_bf16(const float* in, bf16* out, std::size_t n) noexcept;
+void to_float(const bf16* in, float* out, std::size_t n) noexcept;
 
 enum class DataType { f32, f64, f16, bf16, i32, i64 };
 enum class ReduceOp { sum, prod, min, max, avg };
