@@ -422,6 +422,7 @@ class UcxTransport final : public Transport {
   // Node shared memory comes from the MPI communicator this transport was built from (UCX has
   // no portable shared-allocation API): the shm and hierarchical algorithms then move their
   // intra-node data through an MPI-3 window and their inter-node data through UCX.
+  int world_rank(int peer) const noexcept override { return detail::mpi_world_rank(comm_.get(), peer); }
   std::vector<int> shared_memory_domains() override {
     return detail::mpi_shared_memory_domains(comm_.get());
   }
