@@ -13,8 +13,9 @@
 #   tune_collectives           hpctrain tune-collectives measures the inter-node link
 #   train_resume               train + checkpoint across hosts, resume (at another rank count),
 #                              same parameter checksum as an uninterrupted run
-#   link_cut                   a host's fabric link goes down mid-collective: every rank ends
-#                              within HPCTRAIN_COLL_TIMEOUT_S + margin, naming the unreachable peer
+#   link_cut | link_cut_ucx    a host's fabric link goes down mid-collective (hierarchical over
+#                              the MPI / UCX tcp transport): every rank ends within
+#                              HPCTRAIN_COLL_TIMEOUT_S + margin, one names its unreachable peer
 #
 # Options: --netns-cluster PATH (scripts/netns-cluster.sh), --name NAME (the cluster's name,
 # unique per build tree), --workdir DIR, --hpctrain PATH, --mpi-matrix PATH, --ucx-matrix PATH,
@@ -201,17 +202,19 @@ EOF
     [[ $resumed == "$reference" ]] || fail "the resumed run's checksum ($resumed) differs from the uninterrupted run's ($reference)"
     ;;
 
-  link_cut)
+  link_cut | link_cut_ucx)
     ensure_cluster
     [[ -x $probe ]] || fail "probe '$probe' not built"
     timeout_s=5
     # abort_job: rank 0 prints at once, other ranks after a 2 s grace; then MPI_Abort and the
     # launcher's teardown over the management network. 15 s covers that on loaded cores.
     margin_s=15
-    log=$workdir/link_cut.log
+    log=$workdir/$scenario.log
     restore() { ip -n "$(hostns 1)" link set fab0 up 2>/dev/null; reap; }
     trap restore EXIT
-    timeout -k 5 120 "$netns" run --name "$name" -- env HPCTRAIN_COLL_TIMEOUT_S=$timeout_s \
+    transport=(HPCTRAIN_TRANSPORT=mpi)
+    [[ $scenario == link_cut_ucx ]] && transport=(HPCTRAIN_TRANSPORT=ucx UCX_TLS=tcp,self UCX_WARN_UNUSED_ENV_VARS=n)
+    timeout -k 5 120 "$netns" run --name "$name" -- env HPCTRAIN_COLL_TIMEOUT_S=$timeout_s "${transport[@]}" \
       mpirun -n 4 "$probe" hierarchical 262144 90 > "$log" 2>&1 &
     job=$!
     for _ in $(seq 1 600); do grep -q 'link_cut_probe: running' "$log" && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
