@@ -62,19 +62,22 @@ cat "$out/table.txt"
 
 /usr/bin/python3 - "$out/bench.json" <<'EOF' | tee "$out/summary.txt"
 import collections, json, sys
-rows = collections.defaultdict(dict)  # bytes -> column -> (busbw GB/s, median us)
+FLAT = ("ring", "tree", "recursive_doubling", "rabenseifner")
+rows = collections.defaultdict(dict)  # bytes -> column -> (busbw GB/s, median ms)
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
-    column = b["name"].split("/")[1]
-    rows[int(b["bytes"])][column] = (b["busbw"], b["time_median_us"])
-print(f"{'size':>10} {'hierarchical':>14} {'best flat':>26} {'ratio':>6}   (busbw GB/s; median time)")
+    rows[int(b["bytes"])][b["name"].split("/")[1]] = (b["busbw"], b["time_median_us"] / 1e3)
+print("busbw in GB/s (median time in ms); ratio = hierarchical / best flat hpctrain algorithm")
+print(f"{'size':>6} {'transport':>9} {'hierarchical':>15} {'best flat':>28} {'ratio':>6} {'auto':>15} {'MPI_Allreduce':>15}")
 for n in sorted(rows):
     r = rows[n]
-    for h in sorted(c for c in r if c.startswith("hierarchical")):
-        suffix = h[len("hierarchical"):]
-        flat = {c: v for c, v in r.items()
-                if c.endswith(suffix) and not c.startswith(("hierarchical", "auto", "shm")) and (suffix or "@" not in c)}
-        best = max(flat, key=lambda c: flat[c][0])
-        print(f"{n / 2**20:8.0f} Mi {r[h][0]:8.3f} {r[h][1] / 1e3:6.1f}ms  {best:>14} {flat[best][0]:6.3f} "
-              f"{flat[best][1] / 1e3:6.1f}ms {r[h][0] / flat[best][0]:6.2f}  {h}")
+    for suffix in ("", "@ucx"):
+        h = "hierarchical" + suffix
+        if h not in r:
+            continue
+        flat = {a: r[a + suffix] for a in FLAT if a + suffix in r}
+        best = max(flat, key=lambda a: flat[a][0])
+        cell = lambda v: f"{v[0]:6.3f} ({v[1]:6.1f})" if v else f"{'-':>15}"
+        print(f"{n >> 20:3d} Mi {suffix[1:] or 'mpi':>9} {cell(r[h])} {best:>18} {cell(flat[best])}"
+              f" {r[h][0] / flat[best][0]:6.2f} {cell(r.get('auto' + suffix))} {cell(r.get('mpi'))}")
 EOF
 echo "cluster-bench.sh: results in $out"
