@@ -41,7 +41,7 @@ fabric_prefix=10.77.0
 mgmt_prefix=10.77.1
 
 usage() { sed -n '2,/^set -euo/p' "$self" | sed '$d' | sed 's/^# \{0,1\}//'; }
-die() { echo "netns-cluster.sh: $*" >&2; exit "${2:-1}"; }
+die() { echo "netns-cluster.sh: $1" >&2; exit "${2:-1}"; }
 
 cmd=${1:-}
 [[ -n $cmd ]] || { usage >&2; exit 2; }

@@ -72,6 +72,7 @@ reap() {
   local i pids
   for i in 0 1; do
     pids=$(ip netns pids "$(hostns "$i")" 2>/dev/null) || continue
+    # shellcheck disable=SC2086 # one pid per word
     [[ -n $pids ]] && kill -9 $pids 2>/dev/null
   done
   return 0
@@ -122,7 +123,7 @@ case $scenario in
       # mpi (MPI_Allreduce) only here: the UCX transport has no vendor all-reduce.
       filter='AllAlgorithms/MpiAllreduce.MatchesMpiAllreduceAndReference/hierarchical*:*/ring:*/rabenseifner:*/tree_double_binary:*/mpi:MpiCollectives.ShmOnSeveralNodesFails:MpiCollectives.ShmStressBackToBack:MpiCollectives.NonBlockingReduceScatterAllgatherMatchMpi'
     else
-      bin=$ucx_matrix transport=(env UCX_TLS=tcp,self UCX_WARN_UNUSED_ENV_VARS=n)
+      bin=$ucx_matrix transport=(env "UCX_TLS=tcp,self" UCX_WARN_UNUSED_ENV_VARS=n)
       filter='AllAlgorithms/MpiAllreduce.MatchesMpiAllreduceAndReference/hierarchical*:*/ring:*/rabenseifner:MpiCollectives.ShmOnSeveralNodesFails:MpiCollectives.ShmStressBackToBack'
     fi
     [[ -x $bin ]] || fail "test binary '$bin' not built"
@@ -190,13 +191,14 @@ EOF
     [[ -n $reference ]] || fail "the uninterrupted run printed no final parameter checksum"
     on_cluster 120 mpirun -n 4 "${train[@]}" --max-steps 4 --checkpoint-dir "$workdir/ck"
     [[ $rc == 0 && -d $workdir/ck/step-4 ]] || fail "the first half (steps 1-4) failed or wrote no step-4"
-    shards=$(ls "$workdir/ck/step-4" | grep -c '^shard-.*\.h5$')
-    echo "step-4 holds $shards shards"
+    shards=("$workdir"/ck/step-4/shard-*.h5)
+    echo "step-4 holds ${#shards[@]} shards"
     # Resumed at 2 ranks, one per host (--map-by node): any P reads any P, and --deterministic
     # makes the bytes independent of P.
     on_cluster 120 mpirun -n 2 --map-by node "${train[@]}" --max-steps 8 --checkpoint-dir "$workdir/ck" --resume auto
     [[ $rc == 0 ]] || fail "the resumed run failed (exit $rc)"
-    expect_output "resumed from $workdir/ck/step-4 \(step 4," "the resume line"
+    # Written by the 4 ranks of both hosts into the one directory they all see.
+    expect_output "resumed from $workdir/ck/step-4 \(step 4, [^)]*written by 4 ranks\)" "the resume line"
     resumed=$(checksum)
     echo "uninterrupted: $reference; interrupted at step 4 and resumed at 2 ranks: $resumed"
     [[ $resumed == "$reference" ]] || fail "the resumed run's checksum ($resumed) differs from the uninterrupted run's ($reference)"
@@ -213,7 +215,7 @@ EOF
     restore() { ip -n "$(hostns 1)" link set fab0 up 2>/dev/null; reap; }
     trap restore EXIT
     transport=(HPCTRAIN_TRANSPORT=mpi)
-    [[ $scenario == link_cut_ucx ]] && transport=(HPCTRAIN_TRANSPORT=ucx UCX_TLS=tcp,self UCX_WARN_UNUSED_ENV_VARS=n)
+    [[ $scenario == link_cut_ucx ]] && transport=(HPCTRAIN_TRANSPORT=ucx "UCX_TLS=tcp,self" UCX_WARN_UNUSED_ENV_VARS=n)
     timeout -k 5 120 "$netns" run --name "$name" -- env HPCTRAIN_COLL_TIMEOUT_S=$timeout_s "${transport[@]}" \
       mpirun -n 4 "$probe" hierarchical 262144 90 > "$log" 2>&1 &
     job=$!
@@ -245,7 +247,7 @@ EOF
       [[ -z $left ]] && break
       sleep 0.1
     done
-    [[ -z $left ]] || fail "processes still running on the hosts 5 s after the job ended: $(ps -o pid=,args= -p ${left// /,})"
+    [[ -z $left ]] || fail "processes still running on the hosts 5 s after the job ended: $(ps -o pid=,args= -p "${left// /,}")"
     ;;
 
   *) echo "cluster_test.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
