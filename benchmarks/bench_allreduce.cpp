@@ -167,6 +167,7 @@ std::vector<std::string> g_columns;  // in registration order
 long long g_total_wrong = 0;
 double g_copy_gbps = 0;   // measured at startup (measure_copy_bandwidth): B per rank
 double g_bound_gbps = 0;  // busbw bound: B * 2(p-1)/p
+int g_ranks_per_node = 0;  // as the communicators see it (detect_ranks_per_node)
 
 /// memcpy bandwidth (GB/s, 1e9, bytes copied / time) of each rank copying 64 MiB at the same
 /// time, best of 5; the slowest rank's value. Collective over `comm`.
@@ -251,6 +252,21 @@ std::string human_bytes(std::size_t b) {
   return std::to_string(b) + " B";
 }
 
+/// Ranks per node as a Communicator sees them, so the table's "auto picks" line matches what auto
+/// ran: the tuning's virtual nodes, else the largest group of ranks sharing a machine
+/// (MPI_COMM_TYPE_SHARED; several on a real cluster). Collective over MPI_COMM_WORLD.
+int detect_ranks_per_node(const hpctrain::coll::Tuning& tuning) {
+  if (tuning.ranks_per_node > 0) return tuning.ranks_per_node;
+  MPI_Comm node = MPI_COMM_NULL;
+  int rank = 0, node_size = 0, largest = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  MPI_Allreduce(&node_size, &largest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return largest;
+}
+
 void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning& tuning, int p) {
   if (g_results.empty()) return;
   std::vector<std::string> algos;
@@ -320,8 +336,8 @@ void print_table(std::FILE* out, const Options& o, const hpctrain::coll::Tuning&
     std::fprintf(out, "\n");
   }
   if (has("auto") && tuning.allreduce_algorithm == Algorithm::automatic) {
-    // What the model picks at each size, for ranks_per_node as the tuning gives it (0: one node).
-    const int rpn = tuning.ranks_per_node > 0 ? tuning.ranks_per_node : p;
+    // What the model picks at each size, for the ranks per node the communicators found.
+    const int rpn = g_ranks_per_node > 0 ? g_ranks_per_node : p;
     std::fprintf(out, "# auto (cost model, %d ranks, %d per node):", p, rpn);
     for (const auto& [bytes, row] : g_results) {
       std::fprintf(out, " %s->%s", human_bytes(bytes).c_str(),
@@ -355,6 +371,7 @@ int run(int& argc, char**& argv) {
   }
   Communicator& comm = *comms.begin()->second;
   g_copy_gbps = measure_copy_bandwidth(MPI_COMM_WORLD);
+  g_ranks_per_node = detect_ranks_per_node(comm.tuning());
   g_bound_gbps = g_copy_gbps * 2.0 * (comm.size() - 1) / comm.size();
 
   // Size-major order: the algorithms of one size run back to back, so a ratio compares runs a

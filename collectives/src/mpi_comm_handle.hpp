@@ -20,6 +20,9 @@ using ::hpctrain::mpi_is_up;
 /// Owns an MPI communicator; frees it only while MPI is up (hpctrain/base/mpi_handle.hpp).
 using CommHandle = ::hpctrain::MpiCommHandle;
 
+/// Transport::world_rank for `comm`: `rank` of `comm` in MPI_COMM_WORLD (MPI_Group_translate_ranks,
+/// local); `rank` itself when MPI is down or the rank is not in the world group.
+int mpi_world_rank(MPI_Comm comm, int rank) noexcept;
 /// Transport::shared_memory_domains for the ranks of `comm` (MPI_Comm_split_type with
 /// MPI_COMM_TYPE_SHARED; the domain is the lowest rank of `comm` on the same machine).
 std::vector<int> mpi_shared_memory_domains(MPI_Comm comm);

@@ -199,6 +199,7 @@ class MpiTransport final : public Transport {
     return std::make_unique<MpiTransport>(sub);
   }
 
+  int world_rank(int peer) const noexcept override { return detail::mpi_world_rank(comm_.get(), peer); }
   std::vector<int> shared_memory_domains() override {
     return detail::mpi_shared_memory_domains(comm_.get());
   }
@@ -251,6 +252,18 @@ class MpiTransport final : public Transport {
 }  // namespace
 
 namespace detail {
+
+int mpi_world_rank(MPI_Comm comm, int rank) noexcept {
+  if (!mpi_is_up() || comm == MPI_COMM_NULL) return rank;
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int out = MPI_UNDEFINED;
+  if (MPI_Comm_group(comm, &group) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
+    MPI_Group_translate_ranks(group, 1, &rank, world, &out);
+  }
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  return out == MPI_UNDEFINED ? rank : out;
+}
 
 std::vector<int> mpi_shared_memory_domains(MPI_Comm comm) {
   MPI_Comm shared = MPI_COMM_NULL;

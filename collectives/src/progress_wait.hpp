@@ -15,8 +15,9 @@ class SpinWait {
   explicit SpinWait(const WaitPolicy& policy);
   /// Call once per fruitless poll; true once the policy's timeout has passed.
   bool expired();
-  /// Throws TimeoutError listing the not-done requests of [reqs, reqs+n).
-  [[noreturn]] void fail(const Request* reqs, std::size_t n) const;
+  /// Throws TimeoutError listing the not-done requests of [reqs, reqs+n), posted on `t` (peers
+  /// named by their world rank, Transport::world_rank).
+  [[noreturn]] void fail(const Transport& t, const Request* reqs, std::size_t n) const;
   /// Progress was made: restart the spin phase (not the deadline).
   void reset_spins() noexcept { spins_ = 0; }
 

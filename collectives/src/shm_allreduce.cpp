@@ -104,7 +104,9 @@ std::byte* staging(const NodeGroup& g, int q, std::uint64_t segment) {
     os << (any ? "," : "") << " rank " << g.parent_rank[static_cast<std::size_t>(q)];
     any = true;
   }
-  throw TimeoutError(os.str(), __FILE__, __LINE__);
+  // Secondary: these ranks share our memory and are alive, so they are stuck in a wait of their
+  // own (hierarchical's inter-node step); abort_job lets their report, naming the cause, go first.
+  throw SecondaryTimeoutError(os.str(), __FILE__, __LINE__);
 }
 
 /// Publishes this rank's progress (release: everything it wrote or read before is ordered first).

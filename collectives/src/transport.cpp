@@ -22,15 +22,16 @@ bool SpinWait::expired() {
   return std::chrono::steady_clock::now() - start_ > policy_.timeout;
 }
 
-void SpinWait::fail(const Request* reqs, std::size_t n) const {
+void SpinWait::fail(const Transport& t, const Request* reqs, std::size_t n) const {
   std::ostringstream os;
   os << policy_.description() << " did not complete within "
      << policy_.timeout.count() << " s (HPCTRAIN_COLL_TIMEOUT_S); still waiting for:";
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {
     if (reqs[i].done()) continue;
-    os << (any ? "," : "") << (reqs[i].is_send ? " send to rank " : " receive from rank ")
-       << reqs[i].peer;
+    const int peer = reqs[i].peer, world = t.world_rank(peer);
+    os << (any ? "," : "") << (reqs[i].is_send ? " send to rank " : " receive from rank ") << world;
+    if (world != peer) os << " (rank " << peer << " of a " << t.size() << "-rank sub-group)";
     any = true;
   }
   if (!any) os << " (nothing posted)";
@@ -62,7 +63,7 @@ void wait_all(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& poli
       if (!reqs[i].done() && !t.test(reqs[i])) all = false;
     }
     if (all) return;
-    if (spin.expired()) spin.fail(reqs, n);
+    if (spin.expired()) spin.fail(t, reqs, n);
   }
 }
 
@@ -75,7 +76,7 @@ std::size_t wait_any(Transport& t, Request* reqs, std::size_t n, const WaitPolic
     for (std::size_t i = 0; i < n; ++i) {
       if (!reqs[i].done() && t.test(reqs[i])) return i;
     }
-    if (spin.expired()) spin.fail(reqs, n);
+    if (spin.expired()) spin.fail(t, reqs, n);
   }
 }
 

@@ -309,7 +309,7 @@ void double_binary_tree(CollContext& ctx, const std::byte* in, std::byte* data, 
       std::vector<Request> pending;
       a.pending(pending);
       b.pending(pending);
-      spin.fail(pending.data(), pending.size());
+      spin.fail(ctx.transport, pending.data(), pending.size());
     }
   }
 }

@@ -210,6 +210,8 @@ class UcpEndpoint {
   void close(bool force, std::chrono::steady_clock::time_point deadline) noexcept {
     if (ep_) progress_until_done(worker_, start_close(force), deadline);
   }
+  /// Forgets the endpoint without closing it (the process is about to end; see ~UcxTransport).
+  void leak() noexcept { ep_ = nullptr; }
 
  private:
   ucp_worker_h worker_ = nullptr;
@@ -316,6 +318,17 @@ class UcxTransport final : public Transport {
     }
     ucp_worker_h worker = worker_.get();
     if (!worker) return;
+    if (unwinding_from_error()) {
+      // An error is on its way to abort_job, which ends the job. Closing would flush to peers
+      // that may be unreachable: after a cut link (tests/cluster, link_cut_ucx) each of
+      // hierarchical's three transports waited out its close deadline and ucp_worker_destroy
+      // then blocked for up to ~100 s, so the job ended long after the timeout. Leak instead.
+      for (Peer& p : peers_) p.endpoint.leak();
+      for (auto& entry : registrations_) entry.second.release();
+      worker_.release();
+      context_.release();
+      return;
+    }
     // Requests left behind by an aborted collective: receives are cancelled, sends released
     // (their endpoints are closed by force below if they cannot flush).
     for (Slot& s : slots_) {
@@ -422,6 +435,7 @@ class UcxTransport final : public Transport {
   // Node shared memory comes from the MPI communicator this transport was built from (UCX has
   // no portable shared-allocation API): the shm and hierarchical algorithms then move their
   // intra-node data through an MPI-3 window and their inter-node data through UCX.
+  int world_rank(int peer) const noexcept override { return detail::mpi_world_rank(comm_.get(), peer); }
   std::vector<int> shared_memory_domains() override {
     return detail::mpi_shared_memory_domains(comm_.get());
   }

@@ -44,6 +44,9 @@ void abort_job(const std::exception& e, int exit_code) noexcept {
     // that never happens (it was stopped or killed without a word).
     std::this_thread::sleep_for(10 * grace);
     std::fprintf(stderr, "hpctrain: error: %s (its report did not arrive)\n", e.what());
+  } else if (dynamic_cast<const SecondaryTimeoutError*>(&e) != nullptr) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kSecondaryReportDelayS));
+    std::fprintf(stderr, "hpctrain: error: %s\n", e.what());
   } else {
     if (rank > 0) std::this_thread::sleep_for(grace);
     std::fprintf(stderr, "hpctrain: error: %s\n", e.what());

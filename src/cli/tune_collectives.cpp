@@ -233,6 +233,8 @@ class NodeLayout {
     }
     HPCTRAIN_CHECK_MPI(MPI_Comm_size(node_comm, &node_size));
     for (int r = 0; r < size; ++r) nodes += leaders[static_cast<std::size_t>(r)] == r;
+    host0 = processor_name_of(comm, 0);
+    if (inter_peer > 0) inter_host = processor_name_of(comm, inter_peer);
   }
 
   MpiCommHandle node;  ///< the ranks of this rank's node
@@ -240,6 +242,20 @@ class NodeLayout {
   int inter_peer = -1;  ///< first rank on another node (-1: one node)
   int node_size = 1;    ///< ranks on this rank's node
   int nodes = 0;
+  std::string host0;       ///< MPI_Get_processor_name of rank 0 (known on every rank)
+  std::string inter_host;  ///< ... of inter_peer: the far end of the inter-node link ("": none)
+
+ private:
+  /// `rank`'s MPI_Get_processor_name, broadcast to every rank of `comm` (collective).
+  static std::string processor_name_of(MPI_Comm comm, int rank) {
+    char name[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0, me = 0;
+    HPCTRAIN_CHECK_MPI(MPI_Comm_rank(comm, &me));
+    if (me == rank) HPCTRAIN_CHECK_MPI(MPI_Get_processor_name(name, &len));
+    HPCTRAIN_CHECK_MPI(MPI_Bcast(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, rank, comm));
+    name[MPI_MAX_PROCESSOR_NAME - 1] = '\0';
+    return name;
+  }
 };
 
 /// The per-byte costs every rank measures at once, as in a ring step: γ (reduction kernel),
@@ -336,6 +352,7 @@ nlohmann::json measurement_metadata(const TuneArgs& a, const NodeLayout& layout,
   m["quick"] = a.quick;
   m["intra_pair"] = layout.intra_peer > 0 ? nlohmann::json::array({0, layout.intra_peer}) : nlohmann::json(nullptr);
   m["inter_pair"] = layout.inter_peer > 0 ? nlohmann::json::array({0, layout.inter_peer}) : nlohmann::json(nullptr);
+  m["inter_hosts"] = layout.inter_peer > 0 ? nlohmann::json::array({layout.host0, layout.inter_host}) : nlohmann::json(nullptr);
   auto points = [](const LinkFit& f) {
     nlohmann::json j = nlohmann::json::object();
     for (const auto& [bytes, s] : f.points) j[std::to_string(bytes)] = s;
@@ -357,7 +374,8 @@ void print_tuning(const Tuning& t, const TuneArgs& a, const NodeLayout& layout, 
               intra_peer > 0 ? intra_peer : inter_peer, intra_peer > 0 ? "" : ", no second rank on node 0");
   std::printf("  beta_intra   %10.3f GB/s              (1/beta)\n", 1e-9 / intra.beta_s_per_byte);
   std::printf("  alpha_inter  %10.3f us per message   (%s)\n", inter.alpha_s * 1e6,
-              inter_peer > 0 ? ("ping-pong 0<->" + std::to_string(inter_peer)).c_str() : "one node: = intra");
+              inter_peer > 0 ? ("ping-pong 0<->" + std::to_string(inter_peer) + ", " + layout.host0 + " <-> " + layout.inter_host).c_str()
+                             : "one node: = intra");
   std::printf("  beta_inter   %10.3f GB/s\n", 1e-9 / inter.beta_s_per_byte);
   std::printf("  gamma        %10.3f GB/s reduced per rank (float32 sum, all ranks at once)\n",
               1e-9 / t.model.gamma_s_per_byte);

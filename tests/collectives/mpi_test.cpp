@@ -58,8 +58,21 @@ int world_rank_() {
 
 /// HPCTRAIN_RANKS_PER_NODE of this run (registered at 1, 2, 3 for the hierarchical path).
 int env_ranks_per_node() { return Tuning::from_environment().ranks_per_node; }
-/// The ranks span several (virtual) nodes: shm must refuse, hierarchical goes across nodes.
-bool several_nodes() { return env_ranks_per_node() > 0 && env_ranks_per_node() < world_size(); }
+/// The ranks span several nodes, virtual (HPCTRAIN_RANKS_PER_NODE below the rank count) or real
+/// (MPI_COMM_TYPE_SHARED splits the world: hosts of tests/cluster): shm must refuse, hierarchical
+/// goes across nodes. Collective on its first call.
+bool several_nodes() {
+  if (env_ranks_per_node() > 0) return env_ranks_per_node() < world_size();
+  static const bool real_nodes = [] {
+    MPI_Comm shared = MPI_COMM_NULL;
+    int shared_size = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_(), MPI_INFO_NULL, &shared);
+    MPI_Comm_size(shared, &shared_size);
+    MPI_Comm_free(&shared);
+    return shared_size < world_size();
+  }();
+  return real_nodes;
+}
 
 Communicator make_comm(std::size_t binomial_max, std::size_t segment_bytes) {
   Tuning t;
@@ -374,7 +387,7 @@ TEST(MpiCollectives, ShmStressBackToBack) {
 // shm over ranks of several (virtual) nodes is refused on every rank with an error that names
 // the algorithm and points at hierarchical; the communicator keeps working.
 TEST(MpiCollectives, ShmOnSeveralNodesFails) {
-  if (!several_nodes()) GTEST_SKIP() << "one node (run with HPCTRAIN_RANKS_PER_NODE below the rank count)";
+  if (!several_nodes()) GTEST_SKIP() << "one node (run with HPCTRAIN_RANKS_PER_NODE below the rank count, or on several hosts)";
   Communicator comm = make_comm(64 << 10, 1 << 20);
   std::int64_t x = 1;
   try {

@@ -58,6 +58,10 @@ class Transport {
   virtual int size() const noexcept = 0;
   /// "mpi", "loopback", "ucx".
   virtual std::string name() const = 0;
+  /// The MPI_COMM_WORLD rank of `peer` (a rank of this transport), for diagnostics: a timeout in
+  /// a sub-group (hierarchical's inter-node step) names the process the user knows, not its
+  /// place in the group. Identity where there is no world (loopback) or the lookup fails.
+  virtual int world_rank(int peer) const noexcept { return peer; }
 
   /// Posts a send of `bytes` bytes to `peer`; `buf` must stay valid until the request completes.
   virtual Request isend(const void* buf, std::size_t bytes, int peer, Tag tag) = 0;

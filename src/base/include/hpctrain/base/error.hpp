@@ -36,6 +36,15 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+/// A timeout waiting for ranks of this node (shared memory) that are alive but stuck, most
+/// likely in a wait of their own on a peer elsewhere (hierarchical: one local rank waits on the
+/// network while the others wait for it at the node barrier). That rank's report names the real
+/// cause, so abort_job lets it come first (kSecondaryReportDelayS).
+class SecondaryTimeoutError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
 /// This rank stops because another rank failed and reports the cause itself (rank 0's verdict
 /// that every rank received). abort_job prints nothing for it, so the cause appears once.
 class PeerReportedError : public Error {
@@ -56,6 +65,8 @@ bool unwinding_from_error() noexcept;
 ///
 /// So that a failure seen by every rank is printed once: rank 0 prints at once; any other rank
 /// waits `kPeerReportGraceS` first (rank 0's abort, when it fails too, ends it in that time);
+/// a SecondaryTimeoutError waits `kSecondaryReportDelayS` on every rank, rank 0 included, so
+/// the report of the rank it waited for (which timed out on its own peer) comes first;
 /// a PeerReportedError is not printed (the rank that decided prints), only a short line after
 /// a longer grace if that rank's abort never came.
 [[noreturn]] void abort_job(const std::exception& e, int exit_code = 1) noexcept;
@@ -68,6 +79,9 @@ void add_abort_cleanup(AbortCleanup cleanup) noexcept;
 /// Seconds a rank other than 0 waits before printing its error (see abort_job). Long against
 /// MPI_Abort's kill of the other ranks (milliseconds), short against a person waiting.
 inline constexpr double kPeerReportGraceS = 2.0;
+/// Seconds a SecondaryTimeoutError waits before printing: beyond kPeerReportGraceS, so a primary
+/// timeout on a rank other than 0 still prints (and aborts the job) first.
+inline constexpr double kSecondaryReportDelayS = 2 * kPeerReportGraceS;
 
 }  // namespace hpctrain
 
