@@ -38,6 +38,9 @@ packages=(
   python3-torch python3-venv
   # a one-node Slurm cluster for the Slurm tests (scripts/slurm-local.sh); srun --mpi=pmix
   slurmctld slurmd slurm-client munge libpmix-dev
+  # the network-namespace cluster (scripts/netns-cluster.sh, label cluster): ip netns, veth,
+  # bridges; unshare comes with util-linux
+  iproute2 util-linux
   # linting the Spack package (Spack itself is not packaged)
   flake8 black isort python3-yaml
 )
