@@ -150,8 +150,13 @@ struct Tuning {
   /// automatic: the cost model's parameters (HPCTRAIN_TUNING_FILE, else the defaults).
   CostModel model;
   /// automatic: the algorithms it may pick, one bit per Algorithm value (bit 1 << int(a)).
-  /// Default: every modelled algorithm (all but automatic and mpi).
+  /// Default: every modelled algorithm (all but automatic and mpi); in a SimGrid SMPI build
+  /// (HPCTRAIN_SMPI) all but shm and hierarchical, which cannot run there (docs/simulation.md).
+#ifdef HPCTRAIN_SMPI
+  std::uint32_t auto_algorithms = kAllModelled & ~((1u << 6) | (1u << 7));  // not shm (6), hierarchical (7)
+#else
   std::uint32_t auto_algorithms = kAllModelled;
+#endif
   /// The tuning file the values came from ("" for none), for reports.
   std::string tuning_file;
   /// Waits poll this many times without progress before they start yielding the core
