@@ -132,8 +132,15 @@ struct Tuning {
   /// by the cost model (choose_allreduce).
   Algorithm allreduce_algorithm = Algorithm::automatic;
   /// A collective that has not completed after this many seconds fails with a TimeoutError
-  /// naming the peers it waited for. 0 disables the timeout.
+  /// naming the peers it waited for. 0 disables the timeout. In a SimGrid SMPI build
+  /// (HPCTRAIN_SMPI) the default is 0: one OS thread runs every simulated rank, so a real-time
+  /// deadline measures the whole simulation's progress, not a peer's (a 256-rank run tripped
+  /// the 300 s watchdog while all ranks were healthy); SimGrid reports a deadlock itself.
+#ifdef HPCTRAIN_SMPI
+  double timeout_s = 0.0;
+#else
   double timeout_s = 300.0;
+#endif
   /// Ring: messages are cut into segments of this size so reduction overlaps communication.
   std::size_t ring_segment_bytes = std::size_t{1} << 20;
   /// Ring: how many segment receives are posted ahead (bounds the scratch memory).
