@@ -19,12 +19,17 @@
 //                 (all ranks share the same physical pages, so large P × large n fit in
 //                 memory; their contents are then meaningless and not checked).
 //   --fit-model=FILE  instead of all-reduces: fit the cost model's α and β the way `hpctrain
-//                 tune-collectives` does (ping-pong between rank 0 and rank P-1 over the
-//                 collectives' own transport at 8 B .. 4 MiB, half the round trip, best of 3;
-//                 α = the 8 B time, β = the least-squares slope over the sizes from 32 KiB),
-//                 for both the intra- and inter-node pair (every rank is its own node in the
-//                 study's layout), γ = 0 (the study runs with smpi/simulate-computation:no, so
-//                 a reduction takes no simulated time), and write the tuning file FILE.
+//                 tune-collectives` does (ping-pong between rank 0 and the first rank of another
+//                 node, here rank 1 as every rank is its own host, over the collectives' own
+//                 transport at 8 B .. 4 MiB, half the round trip, best of 3; α = the 8 B time,
+//                 β = the least-squares slope over the sizes from 32 KiB), for both the intra-
+//                 and inter-node parameters, γ = 0 (the study runs with
+//                 smpi/simulate-computation:no, so a reduction takes no simulated time), and
+//                 write the tuning file FILE. The 8 B time to rank P-1 (the farthest host) is
+//                 printed beside it (far_alpha_s), not used.
+//   --predict=P,..  instead of all-reduces: print the cost model's prediction (the tuning of
+//                 HPCTRAIN_TUNING_FILE) for each rank count, size and algorithm, one rank per
+//                 node, without simulating (`prediction ...` lines; run it with -np 1).
 //
 // Output (rank 0, stdout), one line per point, for scripts/simulate-collectives and tests/smpi:
 //   result algo=ring ranks=64 bytes=65536 time_s=1.234e-05 check=ok|skipped|wrong:N chosen=ring
@@ -72,6 +77,7 @@ struct Options {
   int iters = 2;
   bool check = false;
   std::string fit_model_file;  // --fit-model=FILE
+  std::vector<int> predict_ranks;  // --predict=P,...
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -102,6 +108,8 @@ Options parse_options(int argc, char** argv) {
       for (const auto& s : split_list(v)) o.sizes.push_back(hpctrain::coll::parse_byte_count(s, "--sizes"));
     } else if (const char* v = value("--iters=")) {
       o.iters = std::max(1, std::atoi(v));
+    } else if (const char* v = value("--predict=")) {
+      for (const auto& r : split_list(v)) o.predict_ranks.push_back(std::atoi(r.c_str()));
     } else if (const char* v = value("--fit-model=")) {
       o.fit_model_file = v;
     } else if (arg == "--check") {
@@ -250,8 +258,9 @@ double pingpong_s(Communicator& comm, int peer, std::size_t bytes, int reps) {
 int fit_model(Communicator& comm, const std::string& file) {
   HPCTRAIN_REQUIRE(comm.size() >= 2, "--fit-model needs at least 2 ranks");
   std::vector<std::pair<double, double>> points;
-  for (std::size_t b = 8; b <= (std::size_t{4} << 20); b *= 8) points.emplace_back(b, pingpong_s(comm, comm.size() - 1, b, 3));
-  points.emplace_back(std::size_t{4} << 20, pingpong_s(comm, comm.size() - 1, std::size_t{4} << 20, 3));
+  for (std::size_t b = 8; b <= (std::size_t{4} << 20); b *= 8) points.emplace_back(b, pingpong_s(comm, 1, b, 3));
+  points.emplace_back(std::size_t{4} << 20, pingpong_s(comm, 1, std::size_t{4} << 20, 3));
+  const double far_alpha = pingpong_s(comm, comm.size() - 1, 8, 3);
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : points) {
     if (x < 32768) continue;
@@ -266,9 +275,26 @@ int fit_model(Communicator& comm, const std::string& file) {
   std::string pts;
   for (const auto& [x, y] : points) pts += (pts.empty() ? "" : ",") + std::to_string(static_cast<long>(x)) + ":" + std::to_string(y);
   if (comm.rank() == 0) {
-    t.save(file, "{\"source\": \"smpi_allreduce --fit-model: ping-pong 0<->" + std::to_string(comm.size() - 1) +
-                     " under SMPI, gamma 0 (simulate-computation:no)\"}");
-    std::printf("fit alpha_s=%.6e beta_s_per_byte=%.6e points=%s file=%s\n", alpha, beta, pts.c_str(), file.c_str());
+    t.save(file, "{\"source\": \"smpi_allreduce --fit-model: ping-pong 0<->1 under SMPI, gamma 0 "
+                 "(simulate-computation:no)\"}");
+    std::printf("fit alpha_s=%.6e beta_s_per_byte=%.6e far_alpha_s=%.6e points=%s file=%s\n", alpha, beta, far_alpha,
+                pts.c_str(), file.c_str());
+  }
+  return 0;
+}
+
+/// --predict: the model's time for every (P, size, algorithm), one rank per node; `auto` is the
+/// prediction of the algorithm it chooses.
+int predict(const hpctrain::coll::Tuning& tuning, const Options& o) {
+  for (int p : o.predict_ranks) {
+    for (const auto& method : o.algorithms) {
+      if (method == "mpi" || method == "reproducible" || method == "nonblocking") continue;
+      for (std::size_t bytes : o.sizes) {
+        const Algorithm a = method == "auto" ? tuning.choose_allreduce(bytes, p, 1) : hpctrain::coll::parse_algorithm(method);
+        std::printf("prediction algo=%s ranks=%d bytes=%zu predicted_s=%.6e chosen=%s\n", method.c_str(), p, bytes,
+                    tuning.predict_allreduce_s(a, bytes, p, 1), std::string(hpctrain::coll::to_string(a)).c_str());
+      }
+    }
   }
   return 0;
 }
@@ -277,6 +303,7 @@ int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   if (!o.fit_model_file.empty()) return fit_model(comm, o.fit_model_file);
+  if (!o.predict_ranks.empty()) return predict(comm.tuning(), o);
   const bool root = comm.rank() == 0;
   const int per_node = ranks_per_node(comm);
   bool failed = false;
