@@ -307,6 +307,16 @@ void double_binary_tree(CollContext& ctx, const std::byte* in, std::byte* data, 
       spin.reset_spins();
       continue;
     }
+#ifdef HPCTRAIN_SMPI
+    {
+      // Copies of the pipelines' requests: block_until_any needs only their slots, and poll()
+      // then finds the completed one.
+      std::vector<Request> posted;
+      a.pending(posted, false);
+      b.pending(posted, false);
+      block_until_any(ctx.transport, posted.data(), posted.size());
+    }
+#endif
     if (spin.expired()) {
       std::vector<Request> pending;
       a.pending(pending);
