@@ -24,6 +24,9 @@ packages=(
   libprotobuf-dev protobuf-compiler libboost-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # SimGrid 3.32's SMPI (smpicxx, smpirun): the simulated-platform study and the `smpi` tests
+  # (scripts/smpi-build.sh, scripts/simulate-collectives, docs/simulation.md)
+  libsimgrid-dev
   # checking builds (scripts/sanitize.sh, labels sanitize and fuzz): clang 14 and its
   # sanitizer and libFuzzer runtimes
   clang libclang-rt-14-dev

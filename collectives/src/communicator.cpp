@@ -42,6 +42,14 @@ Communicator::Impl::Impl(std::unique_ptr<Transport> t, Tuning tune)
     : transport(std::move(t)), tuning(std::move(tune)) {}
 
 ProgressEngine& Communicator::Impl::progress_engine() {
+#ifdef HPCTRAIN_SMPI
+  // SMPI runs every simulated rank as an actor of one process and knows only those actors: an
+  // MPI call from another thread fails ("MPI_Init was not called", MPI_ERR_OTHER), so the
+  // progress thread cannot carry a collective. Refused before any message, on every rank alike.
+  HPCTRAIN_FAIL("non-blocking collectives (iallreduce, ireduce_scatter, iallgather) need the progress "
+                "thread, which cannot call MPI under SimGrid's SMPI (only the simulated ranks' own "
+                "threads can); use the blocking calls in a simulation (docs/simulation.md)");
+#endif
   if (!engine) engine = std::make_unique<ProgressEngine>();
   return *engine;
 }

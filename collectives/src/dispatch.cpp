@@ -42,6 +42,21 @@ void require_one_node(int ranks, int per_node, int tuned_ranks_per_node) {
                        "); use 'hierarchical' for several nodes");
 }
 
+/// Under SimGrid's SMPI (a build with HPCTRAIN_SMPI) the shared-memory algorithms cannot run:
+/// SMPI 3.32's MPI_Win_allocate_shared does not give the ranks of a host memory they share (shm
+/// then returned wrong sums, measured), and a rank spinning on a shared-memory flag never hands
+/// the simulator control, so its peers would never run. Refused before any message.
+void refuse_shared_memory_under_smpi(Algorithm algo) {
+#ifdef HPCTRAIN_SMPI
+  HPCTRAIN_FAIL("allreduce: algorithm '" + std::string(to_string(algo)) +
+                "' needs node shared memory, which SimGrid's SMPI does not simulate (its shared "
+                "windows are not shared, and flag waits never yield to the simulator); use ring, "
+                "tree, recursive_doubling or rabenseifner (docs/simulation.md)");
+#else
+  (void)algo;
+#endif
+}
+
 }  // namespace
 
 void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t count, DataType type,
@@ -66,6 +81,7 @@ void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t
     case Algorithm::rabenseifner: detail::point_to_point_allreduce(ctx, algo, send, recv, count, type, combine); break;
     case Algorithm::shm:
     case Algorithm::hierarchical: {
+      refuse_shared_memory_under_smpi(algo);
       if (algo == Algorithm::shm) require_one_node(size(), ranks_per_node(), tuning.ranks_per_node);
       detail::NodeGroup& group = node_group(wait_policy);
       try {

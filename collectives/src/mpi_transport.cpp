@@ -6,6 +6,7 @@
 
 #include "hpctrain/base/error.hpp"
 #include "mpi_comm_handle.hpp"
+#include "progress_wait.hpp"
 #include "reduce.hpp"
 
 namespace hpctrain::coll {
@@ -191,6 +192,24 @@ class MpiTransport final : public Transport {
     return true;
   }
 
+#ifdef HPCTRAIN_SMPI
+  /// detail::block_until_any: MPI_Waitany over the not-done requests among reqs; the completed
+  /// one's handle becomes MPI_REQUEST_NULL, which its next test() reports as done.
+  void block_until_any(const Request* reqs, std::size_t n) {
+    std::vector<MPI_Request> handles;
+    std::vector<std::int32_t> slots;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (reqs[i].done()) continue;
+      handles.push_back(requests_[static_cast<std::size_t>(reqs[i].slot)]);
+      slots.push_back(reqs[i].slot);
+    }
+    if (handles.empty()) return;
+    int index = MPI_UNDEFINED;
+    HPCTRAIN_CHECK_MPI(MPI_Waitany(static_cast<int>(handles.size()), handles.data(), &index, MPI_STATUS_IGNORE));
+    if (index != MPI_UNDEFINED) requests_[static_cast<std::size_t>(slots[static_cast<std::size_t>(index)])] = MPI_REQUEST_NULL;
+  }
+#endif
+
   std::unique_ptr<Transport> split(int color, int key) override {
     HPCTRAIN_REQUIRE(color >= 0, "split: color must be non-negative, got " + std::to_string(color));
     MPI_Comm sub = MPI_COMM_NULL;
@@ -299,6 +318,17 @@ std::unique_ptr<SharedSegments> mpi_shared_memory(MPI_Comm comm, std::size_t byt
 }
 
 }  // namespace detail
+
+#ifdef HPCTRAIN_SMPI
+namespace detail {
+
+void block_until_any(Transport& t, Request* reqs, std::size_t n) {
+  auto* m = dynamic_cast<MpiTransport*>(&t);
+  if (m != nullptr) m->block_until_any(reqs, n);
+}
+
+}  // namespace detail
+#endif
 
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm) { return std::make_unique<MpiTransport>(comm); }
 

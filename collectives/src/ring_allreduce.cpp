@@ -155,6 +155,7 @@ void ring_allgather(CollContext& ctx, void* buf, const std::vector<std::size_t>&
       spin.reset_spins();
       continue;
     }
+    block_until_any(t, &recvs[forwarded], 1);
     if (spin.expired()) spin.fail(t, recvs.data(), recvs.size());
   }
   wait_all(t, sends, ctx.policy);

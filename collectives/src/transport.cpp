@@ -63,6 +63,7 @@ void wait_all(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& poli
       if (!reqs[i].done() && !t.test(reqs[i])) all = false;
     }
     if (all) return;
+    detail::block_until_any(t, reqs, n);
     if (spin.expired()) spin.fail(t, reqs, n);
   }
 }
@@ -76,6 +77,7 @@ std::size_t wait_any(Transport& t, Request* reqs, std::size_t n, const WaitPolic
     for (std::size_t i = 0; i < n; ++i) {
       if (!reqs[i].done() && t.test(reqs[i])) return i;
     }
+    detail::block_until_any(t, reqs, n);
     if (spin.expired()) spin.fail(t, reqs, n);
   }
 }

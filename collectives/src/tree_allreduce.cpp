@@ -249,12 +249,14 @@ class TreePipeline {
   }
 
   /// The requests still pending, for a timeout diagnostic.
-  void pending(std::vector<Request>& out) const {
+  /// The not-done requests; with `due`, also a placeholder for the parent's result when its
+  /// receive is not posted yet (for the timeout diagnostic; it has no request to wait on).
+  void pending(std::vector<Request>& out, bool due = true) const {
     for (const auto& r : child_recv_) if (!r.done()) out.push_back(r);
     for (const auto& r : up_send_) if (!r.done()) out.push_back(r);
     for (const auto& r : down_recv_) if (!r.done()) out.push_back(r);
     for (const auto& r : pending_sends_) if (!r.done()) out.push_back(r);
-    if (node_.parent >= 0 && down_posted_ < segments_ && up_send_.size() < segments_) {
+    if (due && node_.parent >= 0 && down_posted_ < segments_ && up_send_.size() < segments_) {
       out.push_back(Request{0, node_.parent, false});  // the parent's result is still due
     }
   }
@@ -305,6 +307,16 @@ void double_binary_tree(CollContext& ctx, const std::byte* in, std::byte* data, 
       spin.reset_spins();
       continue;
     }
+#ifdef HPCTRAIN_SMPI
+    {
+      // Copies of the pipelines' requests: block_until_any needs only their slots, and poll()
+      // then finds the completed one.
+      std::vector<Request> posted;
+      a.pending(posted, false);
+      b.pending(posted, false);
+      block_until_any(ctx.transport, posted.data(), posted.size());
+    }
+#endif
     if (spin.expired()) {
       std::vector<Request> pending;
       a.pending(pending);

@@ -261,6 +261,7 @@ class RecipeTest(unittest.TestCase):
         self.assertTrue(has("onednn@2.6:", cond="+onednn"))
         self.assertTrue(has("benchmark", cond="+benchmarks"))
         self.assertTrue(has("googletest", ("test",)))
+        self.assertTrue(has("simgrid@3.32:", ("test",)))  # the smpi tests (smpicxx)
         self.assertTrue(has("python@3:", ("test",), cond="+benchmarks"))
         self.assertTrue(has("kokkos+openmp", cond="+openmp"))
         self.assertTrue(has("kokkos+cuda+cuda_lambda+wrapper", cond="+cuda"))

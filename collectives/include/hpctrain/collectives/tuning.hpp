@@ -132,8 +132,15 @@ struct Tuning {
   /// by the cost model (choose_allreduce).
   Algorithm allreduce_algorithm = Algorithm::automatic;
   /// A collective that has not completed after this many seconds fails with a TimeoutError
-  /// naming the peers it waited for. 0 disables the timeout.
+  /// naming the peers it waited for. 0 disables the timeout. In a SimGrid SMPI build
+  /// (HPCTRAIN_SMPI) the default is 0: one OS thread runs every simulated rank, so a real-time
+  /// deadline measures the whole simulation's progress, not a peer's (a 256-rank run tripped
+  /// the 300 s watchdog while all ranks were healthy); SimGrid reports a deadlock itself.
+#ifdef HPCTRAIN_SMPI
+  double timeout_s = 0.0;
+#else
   double timeout_s = 300.0;
+#endif
   /// Ring: messages are cut into segments of this size so reduction overlaps communication.
   std::size_t ring_segment_bytes = std::size_t{1} << 20;
   /// Ring: how many segment receives are posted ahead (bounds the scratch memory).
@@ -150,8 +157,13 @@ struct Tuning {
   /// automatic: the cost model's parameters (HPCTRAIN_TUNING_FILE, else the defaults).
   CostModel model;
   /// automatic: the algorithms it may pick, one bit per Algorithm value (bit 1 << int(a)).
-  /// Default: every modelled algorithm (all but automatic and mpi).
+  /// Default: every modelled algorithm (all but automatic and mpi); in a SimGrid SMPI build
+  /// (HPCTRAIN_SMPI) all but shm and hierarchical, which cannot run there (docs/simulation.md).
+#ifdef HPCTRAIN_SMPI
+  std::uint32_t auto_algorithms = kAllModelled & ~((1u << 6) | (1u << 7));  // not shm (6), hierarchical (7)
+#else
   std::uint32_t auto_algorithms = kAllModelled;
+#endif
   /// The tuning file the values came from ("" for none), for reports.
   std::string tuning_file;
   /// Waits poll this many times without progress before they start yielding the core

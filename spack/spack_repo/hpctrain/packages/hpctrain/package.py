@@ -96,6 +96,9 @@ class Hpctrain(CMakePackage, CudaPackage):
     # Only concretized and built with `spack install --test=...`; see docs/spack.md for the
     # known limitation of test dependencies inside environments.
     depends_on("googletest", type="test")
+    # SimGrid's SMPI (smpicxx, smpirun): the `smpi` tests build the collectives with smpicxx
+    # and run them on simulated platforms (docs/simulation.md); they fail under CI without it.
+    depends_on("simgrid@3.32:", type="test")
     # The benchmark smoke test checks its JSON with a Python 3 script (skipped without one).
     depends_on("python@3:", type="test", when="+benchmarks")
 
