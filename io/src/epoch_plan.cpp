@@ -44,22 +44,21 @@ std::vector<std::int64_t> epoch_permutation(std::int64_t count, std::uint64_t se
   HPCTRAIN_REQUIRE(count >= 0, "epoch_permutation: negative sample count");
   HPCTRAIN_REQUIRE(epoch >= 0, "epoch_permutation: negative epoch");
   HPCTRAIN_REQUIRE(shuffle_block >= 1, fmt::format("epoch_permutation: shuffle block {} must be at least 1", shuffle_block));
-  std::vector<std::int64_t> perm(static_cast<std::size_t>(count));
-  std::iota(perm.begin(), perm.end(), std::int64_t{0});
-  if (!shuffle) return perm;
-  // Fisher-Yates over the blocks (the samples when shuffle_block is 1).
-  const std::int64_t blocks = (count + shuffle_block - 1) / shuffle_block;
+  // Fisher-Yates over the blocks (the samples when shuffle_block is 1; none when shuffle is off).
+  const std::int64_t blocks = shuffle ? (count + shuffle_block - 1) / shuffle_block : count;
   std::vector<std::int64_t> order(static_cast<std::size_t>(blocks));
   std::iota(order.begin(), order.end(), std::int64_t{0});
+  if (!shuffle) return order;
   SplitMix64 rng = SplitMix64::for_epoch(seed, static_cast<std::uint64_t>(epoch));
   for (std::int64_t i = blocks - 1; i >= 1; --i) {
     auto j = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(i + 1)));
     std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
   }
   if (shuffle_block == 1) return order;
-  std::size_t at = 0;
+  std::vector<std::int64_t> perm;  // the blocks expanded to their samples, in file order
+  perm.reserve(static_cast<std::size_t>(count));
   for (const std::int64_t b : order) {
-    for (std::int64_t i = b * shuffle_block; i < std::min(count, (b + 1) * shuffle_block); ++i) perm[at++] = i;
+    for (std::int64_t i = b * shuffle_block; i < std::min(count, (b + 1) * shuffle_block); ++i) perm.push_back(i);
   }
   return perm;
 }
