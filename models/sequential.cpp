@@ -33,7 +33,7 @@ void Sequential<T>::finalize(std::uint64_t seed) {
     for (const ParameterSpec& spec : layers_[l]->parameter_specs()) {
       const std::int64_t count = core::shape_size(spec.shape);
       info_.push_back({std::to_string(l) + "." + layers_[l]->kind() + "." + spec.name, total,
-                       count, spec.shape, l});
+                       count, spec.shape, l, spec.trainable});
       specs_.push_back(spec);
       total += count;
     }

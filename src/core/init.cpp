@@ -10,15 +10,17 @@ namespace hpctrain::core {
 
 Init parse_init(const std::string& name) {
   if (name == "zeros") return Init::zeros;
+  if (name == "ones") return Init::ones;
   if (name == "he" || name == "he_normal") return Init::he_normal;
   if (name == "xavier" || name == "xavier_uniform") return Init::xavier_uniform;
   if (name == "fan_in_uniform" || name == "pytorch") return Init::fan_in_uniform;
-  HPCTRAIN_FAIL("unknown initialisation '" + name + "' (expected zeros, he, xavier or fan_in_uniform)");
+  HPCTRAIN_FAIL("unknown initialisation '" + name + "' (expected zeros, ones, he, xavier or fan_in_uniform)");
 }
 
 std::string to_string(Init init) {
   switch (init) {
     case Init::zeros: return "zeros";
+    case Init::ones: return "ones";
     case Init::he_normal: return "he";
     case Init::xavier_uniform: return "xavier";
     case Init::fan_in_uniform: return "fan_in_uniform";
@@ -30,8 +32,8 @@ template <class T>
 void initialize(const Vec<T>& v, Init init, std::int64_t fan_in, std::int64_t fan_out,
                 std::uint64_t seed, std::uint64_t parameter_id) {
   const auto n = static_cast<std::int64_t>(v.extent(0));
-  if (init == Init::zeros) {
-    Kokkos::deep_copy(v, T(0));
+  if (init == Init::zeros || init == Init::ones) {
+    Kokkos::deep_copy(v, init == Init::zeros ? T(0) : T(1));
     return;
   }
   HPCTRAIN_REQUIRE(fan_in > 0 && fan_out > 0, "initialize: fans must be positive");

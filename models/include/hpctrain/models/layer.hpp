@@ -22,6 +22,10 @@ struct ParameterSpec {
   core::Init init = core::Init::zeros;
   std::int64_t fan_in = 1;
   std::int64_t fan_out = 1;
+  /// false for state a layer keeps in the parameter buffer without training it (batch norm's
+  /// running statistics): the optimiser leaves it alone, gradient checks skip it, and the layer
+  /// updates it itself in update_state() from what its backward() left in the gradient slot.
+  bool trainable = true;
 };
 
 /// One layer. Tensors carry the batch as their first extent; "sample shapes" leave it out.

@@ -20,6 +20,7 @@ struct ParameterInfo {
   std::int64_t count = 0;
   Shape shape;
   std::size_t layer = 0;  ///< index of the layer that owns it
+  bool trainable = true;  ///< ParameterSpec::trainable
 };
 
 /// A sequential model. Build it with add(), then finalize() allocates and initialises the

@@ -12,6 +12,7 @@ namespace hpctrain::core {
 
 enum class Init {
   zeros,
+  ones,            ///< 1 everywhere (normalisation scales)
   he_normal,       ///< N(0, 2 / fan_in) (He et al. 2015), for ReLU networks
   xavier_uniform,  ///< U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010)
   fan_in_uniform,  ///< U(-a, a), a = 1 / sqrt(fan_in): PyTorch's default for Linear and Conv2d
