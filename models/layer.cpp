@@ -18,6 +18,7 @@ void Layer<T>::bind(std::vector<Tensor<T>> params, std::vector<Tensor<T>> grads)
   }
   params_ = std::move(params);
   grads_ = std::move(grads);
+  on_bound();
 }
 
 template <class T>

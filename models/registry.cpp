@@ -2,6 +2,7 @@
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/models/layers.hpp"
+#include "model_builders.hpp"
 
 #include <algorithm>
 #include <map>
@@ -14,14 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-void check_keys(const json& config, const std::set<std::string>& allowed) {
-  HPCTRAIN_REQUIRE(config.is_object(), "model config must be a JSON object");
-  for (const auto& item : config.items()) {
-    HPCTRAIN_REQUIRE(allowed.count(item.key()) != 0,
-                     "unknown key '" + item.key() + "' in the config of model '" +
-                         config.value("name", std::string("?")) + "'");
-  }
-}
+using detail::check_keys;
 
 /// The settings mlp and cnn share, with their defaults.
 struct CommonConfig {
@@ -127,7 +121,8 @@ std::unique_ptr<Sequential<T>> build_cnn(const json& config) {
 template <class T>
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, ModelFactory<T>> factories{{"mlp", build_mlp<T>}, {"cnn", build_cnn<T>}};
+  std::map<std::string, ModelFactory<T>> factories{
+      {"mlp", build_mlp<T>}, {"cnn", build_cnn<T>}, {"resnet", detail::build_resnet<T>}};
 };
 
 template <class T>
@@ -137,6 +132,15 @@ Registry<T>& registry() {
 }
 
 }  // namespace
+
+void detail::check_keys(const nlohmann::json& config, const std::set<std::string>& allowed) {
+  HPCTRAIN_REQUIRE(config.is_object(), "model config must be a JSON object");
+  for (const auto& item : config.items()) {
+    HPCTRAIN_REQUIRE(allowed.count(item.key()) != 0,
+                     "unknown key '" + item.key() + "' in the config of model '" +
+                         config.value("name", std::string("?")) + "'");
+  }
+}
 
 template <class T>
 void register_model(const std::string& name, ModelFactory<T> factory) {

@@ -113,6 +113,57 @@ void Sequential<T>::set_rng_position(std::uint64_t step, std::int64_t first_samp
 }
 
 template <class T>
+bool Sequential<T>::has_state() const {
+  for (const ParameterInfo& info : info_) {
+    if (!info.trainable) return true;
+  }
+  return false;
+}
+
+template <class T>
+void Sequential<T>::update_state() {
+  for (auto& layer : layers_) layer->update_state();
+}
+
+template <class T>
+std::vector<T> Sequential<T>::copy_state() const {
+  std::vector<T> out;
+  for (const ParameterInfo& info : info_) {
+    if (info.trainable) continue;
+    const auto range = std::make_pair(info.offset, info.offset + info.count);
+    const std::vector<T> part = core::to_host(core::Vec<T>(Kokkos::subview(params_, range)));
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+template <class T>
+void Sequential<T>::restore_state(const std::vector<T>& values) {
+  std::size_t next = 0;
+  for (const ParameterInfo& info : info_) {
+    if (info.trainable) continue;
+    const auto range = std::make_pair(info.offset, info.offset + info.count);
+    HPCTRAIN_REQUIRE(next + static_cast<std::size_t>(info.count) <= values.size(), "restore_state: too few values");
+    const std::vector<T> part(values.begin() + static_cast<std::ptrdiff_t>(next),
+                              values.begin() + static_cast<std::ptrdiff_t>(next + info.count));
+    core::from_host(core::Vec<T>(Kokkos::subview(params_, range)), part);
+    next += static_cast<std::size_t>(info.count);
+  }
+  HPCTRAIN_REQUIRE(next == values.size(), "restore_state: too many values");
+}
+
+template <class T>
+void Sequential<T>::set_stat_reducer(const StatReducer& reducer) {
+  for (auto& layer : layers_) layer->set_stat_reducer(reducer);
+}
+
+template <class T>
+void Sequential<T>::skip_stat_reductions() {
+  for (auto& layer : layers_) layer->skip_stat_reductions(false);
+  for (std::size_t l = layers_.size(); l-- > 0;) layers_[l]->skip_stat_reductions(true);
+}
+
+template <class T>
 std::vector<NamedTensor<T>> Sequential<T>::named_views(const core::Vec<T>& buffer) const {
   std::vector<NamedTensor<T>> out;
   for (const ParameterInfo& info : info_) {

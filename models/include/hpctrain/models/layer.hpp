@@ -5,7 +5,9 @@
 #include "hpctrain/core/init.hpp"
 #include "hpctrain/core/tensor.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,10 @@ struct ParameterSpec {
   /// updates it itself in update_state() from what its backward() left in the gradient slot.
   bool trainable = true;
 };
+
+/// Sums `count` doubles in place over the ranks that share a batch (synchronised batch norm);
+/// every rank calls it with the same counts in the same order. Set on a model by the trainer.
+using StatReducer = std::function<void(double* values, std::size_t count)>;
 
 /// One layer. Tensors carry the batch as their first extent; "sample shapes" leave it out.
 ///
@@ -52,15 +58,28 @@ class Layer {
   virtual void set_rng_stream(std::uint64_t /*seed*/, std::uint64_t /*layer_index*/) {}
   virtual void set_rng_position(std::uint64_t /*step*/, std::int64_t /*first_sample*/) {}
 
+  /// Layers with non-trainable state (batch norm): after the step's gradients are summed over
+  /// all ranks, turns what backward() accumulated in the state's gradient slots into the new
+  /// state, and zeroes those slots so the optimiser and clipping see no gradient there.
+  virtual void update_state() {}
+  /// Synchronised statistics: the layer reduces its batch statistics with `reducer` (empty: local).
+  virtual void set_stat_reducer(const StatReducer& /*reducer*/) {}
+  /// A rank with no samples in a batch makes the reductions forward() (backward: false) or
+  /// backward() (true) would have made, with zeros, so the ranks that have samples do not wait.
+  virtual void skip_stat_reductions(bool /*backward*/) {}
+
   /// Called once by the model: views for the parameters and gradients, in spec order.
   void bind(std::vector<Tensor<T>> params, std::vector<Tensor<T>> grads);
   /// Forgets the gradient views (inference: Sequential::release_gradients); backward then throws.
-  void unbind_gradients() { grads_.clear(); }
+  virtual void unbind_gradients() { grads_.clear(); }
   /// The bound parameters / gradients, named by spec ("weight", "bias").
   std::vector<NamedTensor<T>> parameters() const { return named(params_); }
   std::vector<NamedTensor<T>> gradients() const { return named(grads_); }
 
  protected:
+  /// After bind() has stored the views (composite layers hand them on to their parts).
+  virtual void on_bound() {}
+  std::size_t bound_count() const { return params_.size(); }
   const Tensor<T>& param(std::size_t i) const { return params_.at(i); }
   const Tensor<T>& grad(std::size_t i) const { return grads_.at(i); }
 

@@ -62,6 +62,20 @@ class Sequential {
   /// this rank's part of the batch.
   void set_rng_position(std::uint64_t step, std::int64_t first_sample);
 
+  /// Whether some layer keeps non-trainable state in the parameter buffer (batch norm).
+  bool has_state() const;
+  /// After the step's gradients are summed over all ranks and before clipping and the
+  /// optimiser: every layer turns its state's gradient slots into new state (Layer::update_state).
+  void update_state();
+  /// The non-trainable entries of the parameter buffer, in offset order (host copy), and their
+  /// restoration: the trainer keeps the optimiser (weight decay) from moving them.
+  std::vector<T> copy_state() const;
+  void restore_state(const std::vector<T>& values);
+  /// Synchronised batch statistics through `reducer` (empty: each rank's own batch).
+  void set_stat_reducer(const StatReducer& reducer);
+  /// For a rank with no samples in a batch: the stat reductions forward and backward would make.
+  void skip_stat_reductions();
+
   const core::Vec<T>& parameter_buffer() const { return params_; }
   const core::Vec<T>& gradient_buffer() const { return grads_; }
   const std::vector<ParameterInfo>& parameter_info() const { return info_; }
