@@ -7,6 +7,7 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/io/fashion_mnist_cache.hpp"
+#include "hpctrain/models/registry.hpp"
 
 namespace fs = std::filesystem;
 
@@ -31,8 +32,11 @@ nlohmann::json parse_json_file(const std::string& option, const std::string& pat
 namespace {
 
 nlohmann::json model_config(const std::string& model) {
-  if (model == "mlp" || model == "cnn") return nlohmann::json{{"name", model}};
-  return parse_json_file("--model", model, "is neither a built-in model (mlp, cnn) nor a readable JSON file");
+  const std::vector<std::string> names = models::registered_models<float>();
+  if (std::find(names.begin(), names.end(), model) != names.end()) return nlohmann::json{{"name", model}};
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  return parse_json_file("--model", model, "is neither a registered model (" + known + ") nor a readable JSON file");
 }
 
 }  // namespace
@@ -68,7 +72,7 @@ namespace {
 /// Model, data, batches, optimiser and learning-rate schedule.
 void add_model_data_optimizer_options(CLI::App& train, TrainArgs& a) {
   auto& o = a.options;
-  train.add_option("--model", a.model, "Model: mlp, cnn, or a JSON config file (see docs/compute-core.md)")
+  train.add_option("--model", a.model, "Model: mlp, cnn, resnet, or a JSON config file (docs/models.md)")
       ->capture_default_str();
   train.add_option("--data", o.data,
                    "Training data set (hpctrain HDF5 format; `hpctrain data import-idx` makes one). "
@@ -179,6 +183,10 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   train.add_flag("--deterministic", o.deterministic,
                  "Bitwise-identical parameters at any rank count and across resumes at another rank count: "
                  "fixed micro-shards, exact fixed-point gradient sum, BLAS on one thread (docs/deterministic.md)");
+  train.add_flag("--sync-bn", o.sync_bn,
+                 "Batch norm (resnet) normalises with the global batch's statistics (two small all-reduces per "
+                 "batch-norm layer per step) instead of each rank's own samples; not with --deterministic "
+                 "(docs/models.md)");
   train.add_option("--micro-shard", o.micro_shard,
                    "--deterministic: samples per micro-shard (the unit of work a rank computes on its own)")
       ->capture_default_str();

@@ -51,7 +51,10 @@ void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
   const auto t_forward = Clock::now();
   backward_end_ = t_forward;
   last_had_samples_ = micro.batch.count > 0;
-  if (!last_had_samples_) return;  // its buckets are launched by finish()
+  if (!last_had_samples_) {
+    model_.skip_stat_reductions();  // sync batch norm: the ranks with samples wait for ours
+    return;                         // its buckets are launched by finish()
+  }
   pass_->input.load(micro.batch, model_.input_shape());
   loss_ += pass_->forward_loss(model_, step_.index, micro.sample_position, step_.samples());
   const auto t_backward = Clock::now();

@@ -80,6 +80,9 @@ void validate(const TrainOptions& o) {
   HPCTRAIN_REQUIRE(o.prefetch_depth >= 1, "--prefetch must be at least 1");
   HPCTRAIN_REQUIRE(o.micro_shard >= 1, "--micro-shard must be at least 1, got " + std::to_string(o.micro_shard));
   validate_strategy(o);
+  HPCTRAIN_REQUIRE(!(o.sync_bn && o.deterministic),
+                   "--sync-bn cannot be combined with --deterministic: there each micro-shard normalises with its "
+                   "own statistics, which keeps the bytes independent of the rank count (docs/models.md)");
 }
 
 std::unique_ptr<core::Optimizer<float>> make_optimizer(const TrainOptions& o, double lr) {
@@ -97,8 +100,22 @@ std::unique_ptr<core::Optimizer<float>> make_optimizer(const TrainOptions& o, do
   return std::make_unique<core::Sgd<float>>(s);
 }
 
+/// --sync-bn and what batch-norm state allows: the reducer set on the model's layers.
+void configure_batch_statistics(const TrainOptions& o, coll::Communicator& comm, models::Sequential<float>& model) {
+  const std::string name = o.model.value("name", std::string("?"));
+  HPCTRAIN_REQUIRE(!model.has_state() || o.strategy == "ddp",
+                   "--strategy " + o.strategy + " cannot train model '" + name +
+                       "': its batch-norm running statistics ride the gradient all-reduce, which zero1/zero2 "
+                       "replace by a reduce-scatter (use --strategy ddp)");
+  if (!o.sync_bn) return;
+  HPCTRAIN_REQUIRE(model.has_state(), "--sync-bn: model '" + name + "' has no batch normalisation");
+  model.set_stat_reducer(
+      [&comm](double* values, std::size_t count) { comm.allreduce(values, count, coll::ReduceOp::sum); });
+}
+
 std::unique_ptr<GradientSync> make_gradient_sync(const TrainOptions& o, coll::Communicator& comm,
                                                  models::Sequential<float>& model, Timeline& timeline) {
+  configure_batch_statistics(o, comm, model);
   DataParallelOptions parallel = o.parallel;
   parallel.wire_type = wire_type(o.grad_dtype);
   if (o.strategy != "ddp") {

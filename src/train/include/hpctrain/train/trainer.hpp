@@ -72,6 +72,11 @@ struct TrainOptions {
   /// (coll::ReproducibleSum); BLAS runs with one thread; evaluation sums are exact.
   bool deterministic = false;
   std::int64_t micro_shard = 16;  ///< samples per micro-shard (deterministic mode)
+  /// Batch norm normalises with the statistics of the global batch (one f64 all-reduce per
+  /// batch-norm layer in forward and one in backward) instead of each rank's samples. Needs a
+  /// model with batch norm; not with --deterministic (there each micro-shard normalises with its
+  /// own statistics, which is what keeps the bytes independent of P).
+  bool sync_bn = false;
   bool quiet = false;
   bool keep_parameters = false;  ///< return the final parameters in TrainResult (tests)
   /// Called on every rank at the end of each epoch (after its evaluation; `eval.samples == 0`
