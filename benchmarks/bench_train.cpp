@@ -187,6 +187,11 @@ double train_flop_per_sample(const std::string& model) {
     return conv(1, 32, 5, 28 * 28, true) + conv(32, 64, 5, 14 * 14, false) +
            dense(64 * 7 * 7, 256, false) + dense(256, 10, false);
   }
+  if (model == "resnet") {  // channels 16, 32, 64, one block per stage (models/resnet.cpp); BN not counted
+    return conv(1, 16, 3, 28 * 28, true) + 2 * conv(16, 16, 3, 28 * 28, false) + conv(16, 32, 3, 14 * 14, false) +
+           conv(32, 32, 3, 14 * 14, false) + conv(16, 32, 1, 14 * 14, false) + conv(32, 64, 3, 7 * 7, false) +
+           conv(64, 64, 3, 7 * 7, false) + conv(32, 64, 1, 7 * 7, false) + dense(64, 10, false);
+  }
   return 0.0;
 }
 

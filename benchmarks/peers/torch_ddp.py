@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DDP peer of bench_train / `hpctrain train` (docs/benchmarks-training.md).
 
-Trains hpctrain's built-in `mlp` or `cnn` with the same layer shapes, initialisation family
+Trains hpctrain's built-in `mlp`, `cnn` or `resnet` with the same layer shapes, initialisation family
 (He/Kaiming-normal weights, zero biases), data (hpctrain's HDF5 files, read with h5py and
 normalised the same way), sharding (one global permutation per epoch, each rank takes its
 contiguous slice of every global batch; the last partial global batch dropped), loss (mean
@@ -83,13 +83,51 @@ def build_model(name, hidden=(512, 256), channels=(32, 64), kernel=5, pool=2):
             width = h
         model = nn.Sequential(*layers, nn.Linear(width, 10))
     else:
-        raise SystemExit(f"torch_ddp.py: unknown model '{name}' (mlp or cnn)")
+        raise SystemExit(f"torch_ddp.py: unknown model '{name}' (mlp, cnn or resnet)")
+    init_like_hpctrain(model)
+    return model
+
+
+class BasicBlock(nn.Module):
+    """hpctrain's Residual block of `resnet`: [conv3x3(stride) BN ReLU conv3x3 BN] + shortcut
+    (identity, or conv1x1(stride) BN where the shape changes), then ReLU (a separate layer there)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.main = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.BatchNorm2d(cout), nn.ReLU(),
+                                  nn.Conv2d(cout, cout, 3, 1, 1), nn.BatchNorm2d(cout))
+        self.shortcut = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0), nn.BatchNorm2d(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return F.relu(self.main(x) + self.shortcut(x))
+
+
+def build_resnet(channels=(16, 32, 64), blocks=1):
+    """models/resnet.cpp: stem conv3x3 BN ReLU; per stage `blocks` BasicBlocks (stride 2 at the
+    first block of every stage but the first); global average pooling; dense."""
+    layers, c = [nn.Conv2d(1, channels[0], 3, 1, 1), nn.BatchNorm2d(channels[0]), nn.ReLU()], channels[0]
+    for s, ch in enumerate(channels):
+        for b in range(blocks):
+            layers.append(BasicBlock(c, ch, 2 if s > 0 and b == 0 else 1))
+            c = ch
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10))
+    for m in model.modules():  # hpctrain's resnet: He normal (fan in) convolutions, zero biases
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.kaiming_uniform_(m.weight, a=5**0.5)
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def init_like_hpctrain(model):
     for m in model.modules():  # hpctrain's default "fan_in_uniform": U(+-1/sqrt(fan_in)), zero bias
         if isinstance(m, (nn.Linear, nn.Conv2d)):
             # PyTorch's own default weight init is this distribution (kaiming_uniform, a=sqrt(5))
             nn.init.kaiming_uniform_(m.weight, a=5**0.5)
             nn.init.zeros_(m.bias)
-    return model
 
 
 def evaluate(model, x, y, rank, world, batch=1000):
@@ -113,7 +151,7 @@ def evaluate(model, x, y, rank, world, batch=1000):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet"])
     ap.add_argument("--data", required=True, help="training split (hpctrain HDF5)")
     ap.add_argument("--eval-data", default="", help="test split (hpctrain HDF5); empty: no evaluation")
     ap.add_argument("--epochs", type=int, default=1)
@@ -127,7 +165,7 @@ def main():
     ap.add_argument("--hidden", default="512,256", help="mlp: hidden widths (hpctrain's \"hidden\")")
     ap.add_argument("--model-config", default="",
                     help="an hpctrain model config (JSON: name mlp|cnn, hidden, channels, kernel, pool; "
-                         "ReLU only); overrides --model and --hidden")
+                         "ReLU only; or name resnet, channels, blocks); overrides --model and --hidden")
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
     ap.add_argument("--zero", action="store_true",
                     help="ZeRO-1: torch.distributed.optim.ZeroRedundancyOptimizer around the optimiser "
@@ -157,12 +195,21 @@ def main():
         with open(args.model_config) as f:
             cfg = json.load(f)
         unknown = set(cfg) - {"name", "hidden", "channels", "kernel", "pool", "activation"}
-        if unknown or cfg.get("activation", "relu") != "relu" or cfg.get("name") not in ("mlp", "cnn"):
+        if cfg.get("name") == "resnet":
+            unknown = set(cfg) - {"name", "channels", "blocks"}
+            if unknown:
+                raise SystemExit(f"torch_ddp.py: {args.model_config}: a resnet config mirrors only channels and "
+                                 f"blocks (got {sorted(cfg)})")
+            model = build_resnet(cfg.get("channels", [16, 32, 64]), cfg.get("blocks", 1))
+        elif unknown or cfg.get("activation", "relu") != "relu" or cfg.get("name") not in ("mlp", "cnn"):
             raise SystemExit(f"torch_ddp.py: {args.model_config}: only name mlp|cnn, hidden, channels, kernel, "
                              f"pool and ReLU are mirrored (got {sorted(cfg)})")
-        name = cfg["name"]
-        model = build_model(name, cfg.get("hidden", [512, 256] if name == "mlp" else [256]),
-                            cfg.get("channels", [32, 64]), cfg.get("kernel", 5), cfg.get("pool", 2))
+        else:
+            name = cfg["name"]
+            model = build_model(name, cfg.get("hidden", [512, 256] if name == "mlp" else [256]),
+                                cfg.get("channels", [32, 64]), cfg.get("kernel", 5), cfg.get("pool", 2))
+    elif args.model == "resnet":
+        model = build_resnet()
     elif args.model == "cnn":
         model = build_model("cnn", [256])
     else:

@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--hpctrain", required=True)
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--fashion-dir", required=True)
-    ap.add_argument("--model", required=True, help="mlp or cnn")
+    ap.add_argument("--model", required=True, help="mlp, cnn or resnet")
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     work = a.workdir or tempfile.mkdtemp(prefix="det-%s-" % a.model)
@@ -63,6 +63,17 @@ def main():
                   "--keep-last", "--optimizer", "adamw", "--lr", "0.002", "--schedule", "cosine",
                   "--weight-decay", "0.01"]
         total, half = 11, 6
+    elif a.model == "resnet":
+        # Batch norm: each micro-shard normalises with its own statistics; the running
+        # statistics ride the exact gradient sum. SGD with weight decay (which must not move
+        # them) and clipping; 5 micro-shards per global batch of 72 as for the CNN.
+        config = os.path.join(work, "resnet-small.json")
+        with open(config, "w") as f:
+            json.dump({"name": "resnet", "channels": [4, 8], "blocks": 1}, f)
+        train = data("train", "train", 288)
+        common = ["--model", config, "--global-batch", "72", "--micro-shard", "16", "--max-steps", "4",
+                  "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005", "--clip-norm", "5"]
+        total, half = 4, 2
     else:
         # SGD with momentum and clipping; 5 micro-shards (16, 16, 16, 16, 8) per global batch
         # of 72, so np 3 and np 4 hold unequal numbers of micro-shards.

@@ -99,6 +99,47 @@ TEST(Training, ParametersMatchOneRankRun) {
   comm.barrier();
 }
 
+/// Largest |a_i - b_i| and the largest |a_i| (the parameter scale).
+std::pair<double, double> max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+  }
+  return {worst, scale};
+}
+
+TEST(Training, SyncBatchNormMatchesOneRankRun) {
+  // --sync-bn: every rank normalises with the global batch's statistics, so P ranks compute
+  // what one rank does on the whole batch, up to float rounding (the sums are taken in another
+  // order); the parameters include the running statistics. Without it each rank normalises with
+  // its own 64/P samples: at P >= 2 the result is far outside that bound (the control).
+  coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
+  train::TrainOptions o = base_options();
+  o.model = {{"name", "resnet"}, {"channels", {4, 8}}};
+  o.max_steps = 10;
+  o.weight_decay = 1e-4;
+  o.eval_data.clear();
+  o.sync_bn = true;
+  const auto synced = train::run_training(o, comm);
+  train::TrainOptions local = o;
+  local.sync_bn = false;
+  const auto unsynced = train::run_training(local, comm);
+  coll::Communicator self = comm.split(comm.rank(), 0);
+  if (comm.rank() == 0) {
+    const auto single = train::run_training(local, self);
+    ASSERT_EQ(single.parameters.size(), synced.parameters.size());
+    const auto [worst, scale] = max_difference(single.parameters, synced.parameters);
+    const auto [control, _] = max_difference(single.parameters, unsynced.parameters);
+    std::printf("sync-bn: max |p_P - p_1| = %.3g, without sync %.3g (scale %.3g) at P=%d\n", worst, control, scale,
+                comm.size());
+    // The scale is the batches-tracked counter (10 after 10 steps): bound 1e-3, control 1e-2.
+    EXPECT_LE(worst, 1e-4 * scale);
+    if (comm.size() >= 2) EXPECT_GT(control, 1e-3 * scale);
+  }
+  comm.barrier();
+}
+
 TEST(Training, GradientAllreduceOverlapsBackward) {
   coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
   if (comm.size() == 1) GTEST_SKIP() << "overlap needs more than one rank";
