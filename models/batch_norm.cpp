@@ -13,8 +13,8 @@ constexpr std::size_t kGamma = 0, kBeta = 1, kRunningMean = 2, kRunningVar = 3, 
 }  // namespace
 
 template <class T>
-BatchNorm2D<T>::BatchNorm2D(std::int64_t channels, double momentum, double eps)
-    : channels_(channels), momentum_(momentum), eps_(eps),
+BatchNorm2D<T>::BatchNorm2D(std::int64_t channels, double momentum, double eps, bool relu)
+    : channels_(channels), momentum_(momentum), eps_(eps), relu_(relu),
       moments_("hpctrain::batchnorm::moments", static_cast<std::size_t>(2 * channels)),
       mean_("hpctrain::batchnorm::mean", static_cast<std::size_t>(channels)),
       rstd_("hpctrain::batchnorm::rstd", static_cast<std::size_t>(channels)),
@@ -93,7 +93,7 @@ Tensor<T> BatchNorm2D<T>::forward(const Tensor<T>& x, bool train) {
   } else {
     running_statistics();
   }
-  core::batch_norm_forward(g_, x.data, mean_, rstd_, this->param(kGamma).data, this->param(kBeta).data,
+  core::batch_norm_forward(g_, x.data, mean_, rstd_, this->param(kGamma).data, this->param(kBeta).data, relu_,
                            xhat_.data, y_.data);
   return y_;
 }
@@ -102,7 +102,7 @@ template <class T>
 Tensor<T> BatchNorm2D<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   HPCTRAIN_REQUIRE(dy.size() == g_.size(), "batchnorm2d: output gradient shape " +
                                                core::shape_string(dy.shape) + " does not match");
-  core::batch_norm_backward_sums(g_, dy.data, xhat_.data, sums_);
+  core::batch_norm_backward_sums(g_, dy.data, xhat_.data, relu_, y_.data, sums_);
   const std::int64_t c = channels_;
   const Doubles sums = sums_, moments = moments_;
   const core::Vec<T> dgamma = this->grad(kGamma).data, dbeta = this->grad(kBeta).data;
@@ -132,8 +132,8 @@ Tensor<T> BatchNorm2D<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   }
   if (!need_input_grad) return {};
   core::ensure_shape(dx_, "hpctrain::batchnorm::dx", xhat_.shape);
-  core::batch_norm_backward_input(g_, dy.data, xhat_.data, this->param(kGamma).data, rstd_, sums_,
-                                  train ? stat_count_ : 0.0, dx_.data);
+  core::batch_norm_backward_input(g_, dy.data, xhat_.data, relu_, y_.data, this->param(kGamma).data, rstd_,
+                                  sums_, train ? stat_count_ : 0.0, dx_.data);
   return dx_;
 }
 

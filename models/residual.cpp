@@ -15,21 +15,11 @@ Shape chain_output(const std::vector<std::unique_ptr<Layer<T>>>& chain, Shape sh
   return shape;
 }
 
-/// out = a + b, element-wise (same sizes).
-template <class T>
-void add_into(const core::Vec<T>& a, const core::Vec<T>& b, const core::Vec<T>& out) {
-  HPCTRAIN_REQUIRE(a.extent(0) == b.extent(0) && a.extent(0) == out.extent(0),
-                   "residual: the two paths produced tensors of different sizes");
-  Kokkos::parallel_for(
-      "hpctrain::residual::add", Kokkos::RangePolicy<core::ExecSpace>(0, static_cast<std::int64_t>(out.extent(0))),
-      KOKKOS_LAMBDA(const std::int64_t i) { out(i) = a(i) + b(i); });
-}
-
 }  // namespace
 
 template <class T>
-Residual<T>::Residual(const Shape& input_sample_shape, Chain main, Chain shortcut)
-    : input_shape_(input_sample_shape), main_(std::move(main)), shortcut_(std::move(shortcut)) {
+Residual<T>::Residual(const Shape& input_sample_shape, Chain main, Chain shortcut, bool relu)
+    : input_shape_(input_sample_shape), main_(std::move(main)), shortcut_(std::move(shortcut)), relu_(relu) {
   HPCTRAIN_REQUIRE(!main_.empty(), "residual: the main path needs at least one layer");
   output_shape_ = chain_output(main_, input_shape_);
   const Shape skip = chain_output(shortcut_, input_shape_);
@@ -96,19 +86,26 @@ Tensor<T> Residual<T>::forward(const Tensor<T>& x, bool train) {
   Tensor<T> s = x;
   for (auto& layer : shortcut_) s = layer->forward(s, train);
   core::ensure_shape(y_, "hpctrain::residual::y", h.shape);
-  add_into(h.data, s.data, y_.data);
+  HPCTRAIN_REQUIRE(h.size() == s.size(), "residual: the two paths produced tensors of different sizes");
+  core::add(h.data, s.data, relu_, y_.data);
   return y_;
 }
 
 template <class T>
 Tensor<T> Residual<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
-  Tensor<T> g = dy;
+  Tensor<T> masked = dy;
+  if (relu_) {
+    core::ensure_shape(dy_masked_, "hpctrain::residual::dy_masked", dy.shape);
+    core::relu_backward(y_.data, dy.data, dy_masked_.data);
+    masked = dy_masked_;
+  }
+  Tensor<T> g = masked;
   for (std::size_t l = main_.size(); l-- > 0;) g = main_[l]->backward(g, l > 0 || need_input_grad);
-  Tensor<T> gs = dy;
+  Tensor<T> gs = masked;
   for (std::size_t l = shortcut_.size(); l-- > 0;) gs = shortcut_[l]->backward(gs, l > 0 || need_input_grad);
   if (!need_input_grad) return {};
   core::ensure_shape(dx_, "hpctrain::residual::dx", g.shape);
-  add_into(g.data, gs.data, dx_.data);
+  core::add(g.data, gs.data, false, dx_.data);
   return dx_;
 }
 

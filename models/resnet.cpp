@@ -2,10 +2,11 @@
 // variant: 3x3 convolutions, batch norm, identity shortcuts, a 1x1 projection where a stage
 // halves the resolution, global average pooling, one dense classifier).
 //
-//   stem:   conv3x3(C_in -> c0) - BN - ReLU
+//   stem:   conv3x3(C_in -> c0) - BN+ReLU
 //   stage s (widths c_s, `blocks` residual blocks each; the first block of stage s > 0 has
 //           stride 2 and a conv1x1(stride 2) - BN shortcut):
-//           block: [conv3x3(stride) - BN - ReLU - conv3x3 - BN] + shortcut, then ReLU
+//           block: ReLU([conv3x3(stride) - BN+ReLU - conv3x3 - BN] + shortcut)
+// ("BN+ReLU": batch norm with its ReLU fused; the block's ReLU is fused into its sum.)
 //   head:   global average pooling - dense(c_last -> classes)
 
 #include "model_builders.hpp"
@@ -47,9 +48,9 @@ struct ResnetConfig {
 
 template <class T>
 void conv_bn(typename Residual<T>::Chain& chain, const ResnetConfig& c, std::int64_t in, std::int64_t out,
-             std::int64_t kernel, std::int64_t stride) {
+             std::int64_t kernel, std::int64_t stride, bool relu = false) {
   chain.push_back(std::make_unique<Conv2D<T>>(in, out, kernel, stride, kernel / 2, c.init));
-  chain.push_back(std::make_unique<BatchNorm2D<T>>(out, c.bn_momentum));
+  chain.push_back(std::make_unique<BatchNorm2D<T>>(out, c.bn_momentum, 1e-5, relu));
 }
 
 template <class T>
@@ -57,11 +58,10 @@ std::unique_ptr<Layer<T>> basic_block(const ResnetConfig& c, const Shape& in_sha
                                       std::int64_t stride) {
   const std::int64_t in = in_shape[0];
   typename Residual<T>::Chain main, shortcut;
-  conv_bn<T>(main, c, in, out, 3, stride);
-  main.push_back(std::make_unique<ActivationLayer<T>>(Activation::relu));
+  conv_bn<T>(main, c, in, out, 3, stride, /*relu=*/true);
   conv_bn<T>(main, c, out, out, 3, 1);
   if (stride != 1 || in != out) conv_bn<T>(shortcut, c, in, out, 1, stride);
-  return std::make_unique<Residual<T>>(in_shape, std::move(main), std::move(shortcut));
+  return std::make_unique<Residual<T>>(in_shape, std::move(main), std::move(shortcut), /*relu=*/true);
 }
 
 }  // namespace
@@ -72,13 +72,11 @@ std::unique_ptr<Sequential<T>> build_resnet(const nlohmann::json& config) {
   const ResnetConfig c(config);
   auto model = std::make_unique<Sequential<T>>(c.input_shape);
   model->add(std::make_unique<Conv2D<T>>(c.input_shape[0], c.channels[0], 3, 1, 1, c.init));
-  model->add(std::make_unique<BatchNorm2D<T>>(c.channels[0], c.bn_momentum));
-  model->add(std::make_unique<ActivationLayer<T>>(Activation::relu));
+  model->add(std::make_unique<BatchNorm2D<T>>(c.channels[0], c.bn_momentum, 1e-5, /*relu=*/true));
   for (std::size_t s = 0; s < c.channels.size(); ++s) {
     for (std::int64_t b = 0; b < c.blocks; ++b) {
       const std::int64_t stride = s > 0 && b == 0 ? 2 : 1;
       model->add(basic_block<T>(c, model->output_shape(), c.channels[s], stride));
-      model->add(std::make_unique<ActivationLayer<T>>(Activation::relu));
     }
   }
   model->add(std::make_unique<GlobalAvgPool2D<T>>());

@@ -171,6 +171,23 @@ void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per
 }
 
 template <class T>
+void add(const Vec<T>& a, const Vec<T>& b, bool relu, const Vec<T>& out) {
+  const std::int64_t n = same_size(a, b, "add");
+  same_size(a, out, "add");
+  // Two kernels, not a flag inside one: a run-time flag in the loop keeps it scalar.
+  if (relu) {
+    Kokkos::parallel_for(
+        "hpctrain::add_relu", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+          const T v = a(i) + b(i);
+          out(i) = v > T(0) ? v : T(0);
+        });
+  } else {
+    Kokkos::parallel_for(
+        "hpctrain::add", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) { out(i) = a(i) + b(i); });
+  }
+}
+
+template <class T>
 void axpy(T alpha, const Vec<T>& x, const Vec<T>& y) {
   const std::int64_t n = same_size(x, y, "axpy");
   Kokkos::parallel_for(
@@ -198,6 +215,7 @@ void set_zero(const Vec<T>& v) {
   template void dropout_apply<T>(const DropoutKey&, double, std::int64_t, const Vec<T>&,    \
                                  const Vec<T>&);                                            \
   template void axpy<T>(T, const Vec<T>&, const Vec<T>&);                                   \
+  template void add<T>(const Vec<T>&, const Vec<T>&, bool, const Vec<T>&);                  \
   template void set_zero<T>(const Vec<T>&);
 
 HPCTRAIN_INSTANTIATE(float)

@@ -54,6 +54,50 @@ TEST(BlockGradients, BatchNormAfterConvWithOneChannel) {
   check_model(model, 7, 210);
 }
 
+TEST(BlockGradients, BatchNormWithFusedRelu) {
+  Sequential<double> model({3, 3, 4});
+  model.add(std::make_unique<BatchNorm2D<double>>(3, 0.1, 1e-5, /*relu=*/true));
+  check_model(model, 3, 205);
+}
+
+TEST(BlockGradients, ResidualWithFusedRelu) {
+  const Shape in{2, 4, 3};
+  Residual<double>::Chain main;
+  main.push_back(std::make_unique<Conv2D<double>>(2, 2, 3, 1, 1));
+  main.push_back(std::make_unique<BatchNorm2D<double>>(2));
+  Sequential<double> model(in);
+  model.add(std::make_unique<Residual<double>>(in, std::move(main), Residual<double>::Chain{}, /*relu=*/true));
+  check_model(model, 3, 235);
+}
+
+/// The fused ReLUs give the bits of a separate ReLU layer, forward and backward.
+TEST(Blocks, FusedReluIsBitForBitASeparateRelu) {
+  const Shape in{3, 4, 5};
+  const auto build = [&](bool fused) {
+    auto m = std::make_unique<Sequential<float>>(in);
+    Residual<float>::Chain main;
+    main.push_back(std::make_unique<Conv2D<float>>(3, 3, 3, 1, 1));
+    main.push_back(std::make_unique<BatchNorm2D<float>>(3, 0.1, 1e-5, fused));
+    if (!fused) main.push_back(std::make_unique<ActivationLayer<float>>(Activation::relu));
+    main.push_back(std::make_unique<Conv2D<float>>(3, 3, 3, 1, 1));
+    m->add(std::make_unique<Residual<float>>(in, std::move(main), Residual<float>::Chain{}, fused));
+    if (!fused) m->add(std::make_unique<ActivationLayer<float>>(Activation::relu));
+    m->finalize(5);
+    return m;
+  };
+  auto fused = build(true), separate = build(false);
+  ASSERT_EQ(fused->parameter_count(), separate->parameter_count());
+  const auto x = random_tensor<float>("x", {4, 3, 4, 5}, 17);
+  const auto y1 = core::to_host(fused->forward(x, true).data);
+  const auto y2 = core::to_host(separate->forward(x, true).data);
+  EXPECT_EQ(y1, y2);
+  const auto dy = random_tensor<float>("dy", {4, 3, 4, 5}, 18);
+  fused->zero_gradients();
+  separate->zero_gradients();
+  EXPECT_EQ(core::to_host(fused->backward(dy, true).data), core::to_host(separate->backward(dy, true).data));
+  EXPECT_EQ(core::to_host(fused->gradient_buffer()), core::to_host(separate->gradient_buffer()));
+}
+
 TEST(BlockGradients, GlobalAvgPool) {
   Sequential<double> model({3, 4, 5});
   model.add(std::make_unique<GlobalAvgPool2D<double>>());
@@ -216,16 +260,16 @@ TEST(Blocks, RejectBadShapesAndConfigs) {
 
 TEST(Registry, ResnetHasTheSpecifiedLayout) {
   auto model = build_model<float>({{"name", "resnet"}});
-  // stem conv, BN, ReLU; 3 stages x (block, ReLU); GAP; dense
-  ASSERT_EQ(model->layer_count(), 11u);
+  // stem conv, BN+ReLU; 3 stages x 1 block (its ReLU fused); GAP; dense
+  ASSERT_EQ(model->layer_count(), 7u);
   EXPECT_EQ(model->layer(0).kind(), "conv2d");
   EXPECT_EQ(model->layer(1).kind(), "batchnorm2d");
-  EXPECT_EQ(model->layer(3).kind(), "residual");
-  EXPECT_EQ(model->layer(9).kind(), "globalavgpool2d");
+  EXPECT_EQ(model->layer(2).kind(), "residual");
+  EXPECT_EQ(model->layer(5).kind(), "globalavgpool2d");
   EXPECT_EQ(model->output_shape(), (Shape{10}));
   bool projection = false;
   for (const auto& info : model->parameter_info()) {
-    if (info.name == "5.residual.shortcut.0.conv2d.weight") {
+    if (info.name == "3.residual.shortcut.0.conv2d.weight") {
       projection = true;
       EXPECT_EQ(info.shape, (Shape{32, 16, 1, 1}));
     }

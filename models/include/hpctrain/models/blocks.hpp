@@ -30,10 +30,13 @@ namespace hpctrain::models {
 /// with mean_step and var_step the statistics of all the step's samples (M elements per channel).
 /// So the running statistics are those of the global batch at any rank count, whatever the
 /// normalisation in forward used.
+///
+/// With `relu` the layer is batch norm followed by ReLU, in one pass each way (the same values
+/// as a separate ActivationLayer after it, bit for bit).
 template <class T>
 class BatchNorm2D final : public Layer<T> {
  public:
-  explicit BatchNorm2D(std::int64_t channels, double momentum = 0.1, double eps = 1e-5);
+  explicit BatchNorm2D(std::int64_t channels, double momentum = 0.1, double eps = 1e-5, bool relu = false);
   std::string kind() const override { return "batchnorm2d"; }
   Shape output_shape(const Shape& input_sample_shape) const override;
   std::vector<ParameterSpec> parameter_specs() const override;
@@ -51,6 +54,7 @@ class BatchNorm2D final : public Layer<T> {
 
   std::int64_t channels_;
   double momentum_, eps_;
+  bool relu_;
   StatReducer reducer_;
   core::ChannelGeometry g_;
   bool train_ = false;
@@ -79,12 +83,14 @@ class GlobalAvgPool2D final : public Layer<T> {
 /// the identity. The block's parameters are its parts' in order (main, then shortcut), named
 /// "main.<i>.<kind>.<name>" and "shortcut.<i>.<kind>.<name>". Forward runs main then shortcut;
 /// backward runs main's chain then shortcut's (the order any synchronised statistics follow).
+/// With `relu` the block's output is max(main(x) + shortcut(x), 0), the sum and the ReLU in one
+/// pass (ResNet's basic block).
 template <class T>
 class Residual final : public Layer<T> {
  public:
   using Chain = std::vector<std::unique_ptr<Layer<T>>>;
   /// Throws unless both chains map `input_sample_shape` to the same output shape.
-  Residual(const Shape& input_sample_shape, Chain main, Chain shortcut = {});
+  Residual(const Shape& input_sample_shape, Chain main, Chain shortcut = {}, bool relu = false);
   std::string kind() const override { return "residual"; }
   Shape output_shape(const Shape& input_sample_shape) const override;
   std::vector<ParameterSpec> parameter_specs() const override;
@@ -106,7 +112,8 @@ class Residual final : public Layer<T> {
 
   Shape input_shape_, output_shape_;
   Chain main_, shortcut_;
-  Tensor<T> y_, dx_;
+  bool relu_;
+  Tensor<T> y_, dy_masked_, dx_;
 };
 
 }  // namespace hpctrain::models

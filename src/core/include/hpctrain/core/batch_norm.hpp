@@ -27,25 +27,28 @@ template <class T>
 void channel_moments(const ChannelGeometry& g, const Vec<T>& x, const Vec<T>& shift,
                      const Kokkos::View<double*, MemSpace>& sums);
 
-/// xhat = (x - mean[c]) * rstd[c]; y = gamma[c] * xhat + beta[c]. xhat is kept for backward.
+/// xhat = (x - mean[c]) * rstd[c]; y = gamma[c] * xhat + beta[c], then max(y, 0) when `relu`
+/// (batch norm followed by ReLU in one pass). xhat is kept for backward.
 template <class T>
 void batch_norm_forward(const ChannelGeometry& g, const Vec<T>& x,
                         const Kokkos::View<double*, MemSpace>& mean,
                         const Kokkos::View<double*, MemSpace>& rstd, const Vec<T>& gamma,
-                        const Vec<T>& beta, const Vec<T>& xhat, const Vec<T>& y);
+                        const Vec<T>& beta, bool relu, const Vec<T>& xhat, const Vec<T>& y);
 
-/// Per-channel sums for backward, in double: sums[c] = sum dy, sums[C + c] = sum dy * xhat.
+/// Per-channel sums for backward, in double: sums[c] = sum g, sums[C + c] = sum g * xhat, with
+/// g = dy, or with `relu` g = dy where the forward output y > 0, else 0 (the fused ReLU's backward).
 template <class T>
 void batch_norm_backward_sums(const ChannelGeometry& g, const Vec<T>& dy, const Vec<T>& xhat,
-                              const Kokkos::View<double*, MemSpace>& sums);
+                              bool relu, const Vec<T>& y, const Kokkos::View<double*, MemSpace>& sums);
 
-/// dx = gamma rstd (dy - sum_dy / count - xhat * sum_dy_xhat / count), with `sums` as
-/// batch_norm_backward_sums wrote them and `count` the elements per channel they cover (the
-/// global batch's for synchronised statistics). With `count` 0 (statistics that are constants,
-/// i.e. evaluation mode): dx = gamma rstd dy.
+/// dx = gamma rstd (g - sum_g / count - xhat * sum_g_xhat / count), with g as in
+/// batch_norm_backward_sums, `sums` as it wrote them and `count` the elements per channel they
+/// cover (the global batch's for synchronised statistics). With `count` 0 (statistics that are
+/// constants, i.e. evaluation mode): dx = gamma rstd g.
 template <class T>
 void batch_norm_backward_input(const ChannelGeometry& g, const Vec<T>& dy, const Vec<T>& xhat,
-                               const Vec<T>& gamma, const Kokkos::View<double*, MemSpace>& rstd,
+                               bool relu, const Vec<T>& y, const Vec<T>& gamma,
+                               const Kokkos::View<double*, MemSpace>& rstd,
                                const Kokkos::View<double*, MemSpace>& sums, double count,
                                const Vec<T>& dx);
 

@@ -62,4 +62,8 @@ void set_zero(const Vec<T>& v);
 template <class T>
 void axpy(T alpha, const Vec<T>& x, const Vec<T>& y);
 
+/// out = a + b, then max(out, 0) when `relu` (a residual connection and its ReLU in one pass).
+template <class T>
+void add(const Vec<T>& a, const Vec<T>& b, bool relu, const Vec<T>& out);
+
 }  // namespace hpctrain::core
