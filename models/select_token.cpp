@@ -48,10 +48,12 @@ Tensor<T> SelectToken<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   const std::int64_t index = index_;
   const core::Vec<T> dys = dy.data, dxs = dx_.data;
   Kokkos::parallel_for(
-      "hpctrain::select_token::backward", Range(0, n * tokens * dim),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::int64_t d = i % dim, t = (i / dim) % tokens, s = i / (dim * tokens);
-        dxs(i) = t == index ? dys(s * dim + d) : T(0);
+      "hpctrain::select_token::backward", Range(0, n * tokens),
+      KOKKOS_LAMBDA(const std::int64_t row) {  // one thread per token
+        const std::int64_t s = row / tokens, t = row % tokens;
+        for (std::int64_t d = 0; d < dim; ++d) {
+          dxs(row * dim + d) = t == index ? dys(s * dim + d) : T(0);
+        }
       });
   return dx_;
 }
