@@ -1,11 +1,8 @@
 #include "hpctrain/base/error.hpp"
-#include "hpctrain/core/gemm.hpp"
 #include "hpctrain/models/layers.hpp"
+#include "row_affine.hpp"
 
 namespace hpctrain::models {
-
-using core::as_matrix;
-using core::Trans;
 
 template <class T>
 Dense<T>::Dense(std::int64_t in_features, std::int64_t out_features, core::Init init)
@@ -34,9 +31,8 @@ Tensor<T> Dense<T>::forward(const Tensor<T>& x, bool /*train*/) {
                                             " features per sample");
   x_ = x;
   core::ensure_shape(y_, "hpctrain::dense::y", {n, out_});
-  const core::Matrix<T> y = as_matrix(y_.data, n, out_);
-  core::linear_forward(as_matrix(x.data, n, in_), as_matrix(this->param(0).data, out_, in_),
-                       this->param(1).data, y);
+  detail::row_affine_forward(x.data, n, in_, out_, this->param(0).data, this->param(1).data,
+                             y_.data);
   return y_;
 }
 
@@ -45,15 +41,14 @@ Tensor<T> Dense<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   const std::int64_t n = x_.dim(0);
   HPCTRAIN_REQUIRE(dy.size() == n * out_, "dense: output gradient shape " +
                                               core::shape_string(dy.shape) + " does not match");
-  const core::Matrix<T> dym = as_matrix(dy.data, n, out_);
-  core::gemm(Trans::yes, Trans::no, T(1), dym, as_matrix(x_.data, n, in_), T(1),
-             as_matrix(this->grad(0).data, out_, in_));
-  core::accumulate_column_sums(dym, this->grad(1).data);
-  if (!need_input_grad) return {};
-  core::ensure_shape(dx_, "hpctrain::dense::dx", x_.shape);
-  core::gemm(Trans::no, Trans::no, T(1), dym, as_matrix(this->param(0).data, out_, in_), T(0),
-             as_matrix(dx_.data, n, in_));
-  return dx_;
+  core::Vec<T> dx;
+  if (need_input_grad) {
+    core::ensure_shape(dx_, "hpctrain::dense::dx", x_.shape);
+    dx = dx_.data;
+  }
+  detail::row_affine_backward(dy.data, x_.data, n, in_, out_, this->param(0).data,
+                              this->grad(0).data, this->grad(1).data, dx);
+  return need_input_grad ? dx_ : Tensor<T>();
 }
 
 template class Dense<float>;

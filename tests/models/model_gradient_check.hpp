@@ -41,4 +41,20 @@ inline void expect_model_gradients_weighted(models::Sequential<double>& model,
       [&](const core::Tensor<double>&) { return r_tensor; });
 }
 
+/// Checks one layer alone in a Sequential<double> on a batch of `batch` samples of `sample`:
+/// every parameter (set to random values in [-1, 1], so zero-initialised biases and unit scales
+/// count too) and the input, against central differences.
+inline void check_single_layer(core::Shape sample, std::unique_ptr<models::Layer<double>> layer,
+                               std::int64_t batch, std::uint32_t seed) {
+  models::Sequential<double> model(sample);
+  model.add(std::move(layer));
+  model.finalize(seed);
+  core::Shape x_shape{batch};
+  x_shape.insert(x_shape.end(), sample.begin(), sample.end());
+  const auto params = random_tensor<double>("p", {model.parameter_count()}, seed + 1);
+  Kokkos::deep_copy(model.parameter_buffer(), params.data);
+  const auto x = random_tensor<double>("x", x_shape, seed + 2);
+  expect_model_gradients_weighted(model, x, seed + 3);
+}
+
 }  // namespace hpctrain::testing

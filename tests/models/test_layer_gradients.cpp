@@ -9,26 +9,13 @@
 namespace hpctrain::models {
 namespace {
 
+using hpctrain::testing::check_single_layer;
 using hpctrain::testing::expect_model_gradients_weighted;
 using hpctrain::testing::random_tensor;
 
 template <class L, class... Args>
 std::unique_ptr<Layer<double>> make(Args... args) {
   return std::make_unique<L>(args...);
-}
-
-void check_single_layer(Shape sample, std::unique_ptr<Layer<double>> layer, std::int64_t batch,
-                        std::uint32_t seed) {
-  Sequential<double> model(sample);
-  model.add(std::move(layer));
-  model.finalize(seed);
-  // Biases start at zero; make them non-zero so a bias that is ignored would show.
-  Shape x_shape{batch};
-  x_shape.insert(x_shape.end(), sample.begin(), sample.end());
-  const auto params = random_tensor<double>("p", {model.parameter_count()}, seed + 1);
-  Kokkos::deep_copy(model.parameter_buffer(), params.data);
-  const auto x = random_tensor<double>("x", x_shape, seed + 2);
-  expect_model_gradients_weighted(model, x, seed + 3);
 }
 
 TEST(LayerGradients, Dense) { check_single_layer({5}, make<Dense<double>>(5, 4), 3, 100); }

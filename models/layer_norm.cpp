@@ -1,0 +1,135 @@
+// Layer normalisation. Forward, per row of D values: mean, biased variance by a second pass
+// over the row (no cancellation as in E[x^2] - mean^2), rstd = 1 / sqrt(var + eps),
+// y = (x - mean) rstd w + b. Backward with xhat = (x - mean) rstd and g = dy w:
+//   dx = rstd (g - mean(g) - xhat mean(g xhat)),   dw += sum_rows dy xhat,   db += sum_rows dy.
+// The row kernels run one row per thread (rows = N T is the wide extent); the parameter
+// gradients one column per thread, summing rows in order (deterministic, no atomics).
+#include "hpctrain/base/error.hpp"
+#include "hpctrain/core/elementwise.hpp"
+#include "hpctrain/core/kokkos_compat.hpp"
+#include "hpctrain/models/transformer_layers.hpp"
+
+namespace hpctrain::models {
+
+namespace {
+
+using Range = Kokkos::RangePolicy<core::ExecSpace>;
+
+template <class T>
+void normalize_rows(const core::Vec<T>& x, std::int64_t rows, std::int64_t dim, T eps,
+                    const core::Vec<T>& w, const core::Vec<T>& b, const core::Vec<T>& mean,
+                    const core::Vec<T>& rstd, const core::Vec<T>& y) {
+  Kokkos::parallel_for(
+      "hpctrain::layer_norm::forward", Range(0, rows), KOKKOS_LAMBDA(const std::int64_t r) {
+        const std::int64_t base = r * dim;
+        T m = 0;
+        for (std::int64_t d = 0; d < dim; ++d) m += x(base + d);
+        m /= static_cast<T>(dim);
+        T v = 0;
+        for (std::int64_t d = 0; d < dim; ++d) v += (x(base + d) - m) * (x(base + d) - m);
+        v /= static_cast<T>(dim);
+        const T s = T(1) / core::kmath::sqrt(v + eps);
+        mean(r) = m;
+        rstd(r) = s;
+        for (std::int64_t d = 0; d < dim; ++d) y(base + d) = (x(base + d) - m) * s * w(d) + b(d);
+      });
+}
+
+template <class T>
+void normalize_rows_backward(const core::Vec<T>& x, const core::Vec<T>& dy, std::int64_t rows,
+                             std::int64_t dim, const core::Vec<T>& w, const core::Vec<T>& mean,
+                             const core::Vec<T>& rstd, const core::Vec<T>& dx) {
+  Kokkos::parallel_for(
+      "hpctrain::layer_norm::backward_input", Range(0, rows), KOKKOS_LAMBDA(const std::int64_t r) {
+        const std::int64_t base = r * dim;
+        const T m = mean(r), s = rstd(r);
+        T g_mean = 0, gx_mean = 0;
+        for (std::int64_t d = 0; d < dim; ++d) {
+          const T g = dy(base + d) * w(d);
+          g_mean += g;
+          gx_mean += g * (x(base + d) - m) * s;
+        }
+        g_mean /= static_cast<T>(dim);
+        gx_mean /= static_cast<T>(dim);
+        for (std::int64_t d = 0; d < dim; ++d) {
+          const T xhat = (x(base + d) - m) * s;
+          dx(base + d) = s * (dy(base + d) * w(d) - g_mean - xhat * gx_mean);
+        }
+      });
+}
+
+template <class T>
+void accumulate_scale_shift_gradients(const core::Vec<T>& x, const core::Vec<T>& dy,
+                                      std::int64_t rows, std::int64_t dim,
+                                      const core::Vec<T>& mean, const core::Vec<T>& rstd,
+                                      const core::Vec<T>& dw, const core::Vec<T>& db) {
+  Kokkos::parallel_for(
+      "hpctrain::layer_norm::backward_parameters", Range(0, dim),
+      KOKKOS_LAMBDA(const std::int64_t d) {
+        T sw = 0, sb = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const T g = dy(r * dim + d);
+          sw += g * (x(r * dim + d) - mean(r)) * rstd(r);
+          sb += g;
+        }
+        dw(d) += sw;
+        db(d) += sb;
+      });
+}
+
+}  // namespace
+
+template <class T>
+LayerNorm<T>::LayerNorm(std::int64_t dim, double eps) : dim_(dim), eps_(eps) {
+  HPCTRAIN_REQUIRE(dim_ > 0 && eps_ >= 0.0, "layer_norm: dim must be positive and eps >= 0");
+}
+
+template <class T>
+Shape LayerNorm<T>::output_shape(const Shape& s) const {
+  HPCTRAIN_REQUIRE(!s.empty() && s.back() == dim_,
+                   "layer_norm(" + std::to_string(dim_) + "): samples must end in an extent of " +
+                       std::to_string(dim_) + ", got " + core::shape_string(s));
+  return s;
+}
+
+template <class T>
+std::vector<ParameterSpec> LayerNorm<T>::parameter_specs() const {
+  return {{"weight", {dim_}, core::Init::ones, dim_, dim_},
+          {"bias", {dim_}, core::Init::zeros, dim_, dim_}};
+}
+
+template <class T>
+Tensor<T> LayerNorm<T>::forward(const Tensor<T>& x, bool /*train*/) {
+  HPCTRAIN_REQUIRE(x.rank() >= 2 && x.dim(-1) == dim_,
+                   "layer_norm: input shape " + core::shape_string(x.shape) + " does not end in " +
+                       std::to_string(dim_));
+  x_ = x;
+  const std::int64_t rows = x.size() / dim_;
+  core::ensure_shape(y_, "hpctrain::layer_norm::y", x.shape);
+  if (static_cast<std::int64_t>(mean_.extent(0)) != rows) {
+    mean_ = core::Vec<T>("hpctrain::layer_norm::mean", static_cast<std::size_t>(rows));
+    rstd_ = core::Vec<T>("hpctrain::layer_norm::rstd", static_cast<std::size_t>(rows));
+  }
+  normalize_rows(x.data, rows, dim_, static_cast<T>(eps_), this->param(0).data,
+                 this->param(1).data, mean_, rstd_, y_.data);
+  return y_;
+}
+
+template <class T>
+Tensor<T> LayerNorm<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
+  const std::int64_t rows = x_.size() / dim_;
+  HPCTRAIN_REQUIRE(dy.size() == x_.size(), "layer_norm: output gradient shape " +
+                                               core::shape_string(dy.shape) + " does not match");
+  accumulate_scale_shift_gradients(x_.data, dy.data, rows, dim_, mean_, rstd_,
+                                   this->grad(0).data, this->grad(1).data);
+  if (!need_input_grad) return {};
+  core::ensure_shape(dx_, "hpctrain::layer_norm::dx", x_.shape);
+  normalize_rows_backward(x_.data, dy.data, rows, dim_, this->param(0).data, mean_, rstd_,
+                          dx_.data);
+  return dx_;
+}
+
+template class LayerNorm<float>;
+template class LayerNorm<double>;
+
+}  // namespace hpctrain::models

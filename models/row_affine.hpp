@@ -1,0 +1,36 @@
+#pragma once
+// The affine map y[rows, out] = x[rows, in] W^T + b and its backward, shared by Dense (one row
+// per sample) and TokenDense (one row per token). Private to hpctrain::models.
+
+#include "hpctrain/core/elementwise.hpp"
+#include "hpctrain/core/gemm.hpp"
+#include "hpctrain/core/tensor.hpp"
+
+#include <cstdint>
+
+namespace hpctrain::models::detail {
+
+/// y = x W^T + b over `rows` rows; W is [out, in] and b is [out].
+template <class T>
+void row_affine_forward(const core::Vec<T>& x, std::int64_t rows, std::int64_t in,
+                        std::int64_t out, const core::Vec<T>& w, const core::Vec<T>& b,
+                        const core::Vec<T>& y) {
+  core::linear_forward(core::as_matrix(x, rows, in), core::as_matrix(w, out, in), b,
+                       core::as_matrix(y, rows, out));
+}
+
+/// dW += dy^T x, db += column sums of dy, and, when `dx` is non-empty, dx = dy W (overwritten).
+template <class T>
+void row_affine_backward(const core::Vec<T>& dy, const core::Vec<T>& x, std::int64_t rows,
+                         std::int64_t in, std::int64_t out, const core::Vec<T>& w,
+                         const core::Vec<T>& dw, const core::Vec<T>& db, const core::Vec<T>& dx) {
+  const core::Matrix<T> dym = core::as_matrix(dy, rows, out);
+  core::gemm(core::Trans::yes, core::Trans::no, T(1), dym, core::as_matrix(x, rows, in), T(1),
+             core::as_matrix(dw, out, in));
+  core::accumulate_column_sums(dym, db);
+  if (dx.data() == nullptr) return;
+  core::gemm(core::Trans::no, core::Trans::no, T(1), dym, core::as_matrix(w, out, in), T(0),
+             core::as_matrix(dx, rows, in));
+}
+
+}  // namespace hpctrain::models::detail
