@@ -192,6 +192,11 @@ double train_flop_per_sample(const std::string& model) {
            conv(32, 32, 3, 14 * 14, false) + conv(16, 32, 1, 14 * 14, false) + conv(32, 64, 3, 7 * 7, false) +
            conv(64, 64, 3, 7 * 7, false) + conv(32, 64, 1, 7 * 7, false) + dense(64, 10, false);
   }
+  if (model == "transformer") {  // patch 7, dim 64, depth 4, mlp 128: 17 tokens (models/transformer.cpp)
+    const double t = 17, d = 64, m = 128;
+    const double block = 2 * t * d * 3 * d + 2 * t * d * d + 2 * 2 * t * t * d + 2 * 2 * t * d * m;  // forward
+    return dense(49, 64, true) * 16 + 4 * 3 * block + dense(64, 10, false);
+  }
   return 0.0;
 }
 

@@ -17,5 +17,8 @@ void check_keys(const nlohmann::json& config, const std::set<std::string>& allow
 /// `resnet`: see docs/models.md and resnet.cpp.
 template <class T>
 std::unique_ptr<Sequential<T>> build_resnet(const nlohmann::json& config);
+/// `transformer`: see docs/models.md and transformer.cpp.
+template <class T>
+std::unique_ptr<Sequential<T>> build_transformer(const nlohmann::json& config);
 
 }  // namespace hpctrain::models::detail

@@ -122,7 +122,8 @@ template <class T>
 struct Registry {
   std::mutex mutex;
   std::map<std::string, ModelFactory<T>> factories{
-      {"mlp", build_mlp<T>}, {"cnn", build_cnn<T>}, {"resnet", detail::build_resnet<T>}};
+      {"mlp", build_mlp<T>}, {"cnn", build_cnn<T>}, {"resnet", detail::build_resnet<T>},
+      {"transformer", detail::build_transformer<T>}};
 };
 
 template <class T>

@@ -3,7 +3,7 @@
 # steps, measured in one session on the same cores; prints one Markdown table.
 # See docs/benchmarks-training.md.
 #
-#   scripts/compare-torch.sh [--build DIR] [--out DIR] [--models "mlp cnn resnet CONFIG.json ..."]
+#   scripts/compare-torch.sh [--build DIR] [--out DIR] [--models "mlp cnn resnet transformer CONFIG.json ..."]
 #       (default: mlp, cnn and benchmarks/models/cnn-k3-3conv.json)
 #       [--hpctrain-configs "2x1 1x2"] [--torch-configs "1x2 2x1"]
 #       [--mlp-epochs 2] [--cnn-epochs 1] [--cnn-max-steps 150] [--repeats 1]
@@ -120,11 +120,12 @@ cat "$out/environment.txt"
 
 # The label of a --models entry in file names and the table: mlp, cnn, or a config's base name.
 model_label() { local b=${1##*/}; echo "${b%.json}"; }
-# Image models (cnn, resnet and their configs) run --cnn-epochs / --cnn-max-steps.
-is_cnn() { [[ $1 == cnn || $1 == resnet ]] || { [[ $1 == *.json ]] && grep -Eq '"(cnn|resnet)"' "$1"; }; }
+# Image models (cnn, resnet, transformer and their configs) run --cnn-epochs / --cnn-max-steps.
+is_cnn() { [[ $1 == cnn || $1 == resnet || $1 == transformer ]] ||
+  { [[ $1 == *.json ]] && grep -Eq '"(cnn|resnet|transformer)"' "$1"; }; }
 for model in $models; do
-  [[ $model == mlp || $model == cnn || $model == resnet || ( $model == *.json && -f $model ) ]] ||
-    { echo "compare-torch: --models entry '$model' is neither mlp, cnn, resnet nor an existing .json model config" >&2; exit 2; }
+  [[ $model == mlp || $model == cnn || $model == resnet || $model == transformer || ( $model == *.json && -f $model ) ]] ||
+    { echo "compare-torch: --models entry '$model' is neither mlp, cnn, resnet, transformer nor an existing .json model config" >&2; exit 2; }
 done
 
 run_hpctrain() {  # model config epochs max_steps file
@@ -177,7 +178,7 @@ out, models = sys.argv[1], sys.argv[2].split()
 hconfigs, tconfigs, cores = sys.argv[3].split(), sys.argv[4].split(), int(sys.argv[5])
 paths = dict(zip(models, sys.argv[6].split()))  # label -> mlp, cnn or a config file
 # Training FLOPs per sample (benchmarks/bench_train.cpp's header derives them).
-FLOP_PER_SAMPLE = {"mlp": 2.41e6, "cnn": 67.6e6, "resnet": 55.85e6}  # bench_train's train_flop_per_sample
+FLOP_PER_SAMPLE = {"mlp": 2.41e6, "cnn": 67.6e6, "resnet": 55.85e6, "transformer": 14.46e6}  # bench_train's train_flop_per_sample
 
 bound = json.load(open(os.path.join(out, "sgemm-bound.json")))["benchmarks"]
 sgemm_1t = max(b["GFLOPs"] for b in bound if b.get("aggregate_name") in ("median", "mean", None)) * 1e9

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DDP peer of bench_train / `hpctrain train` (docs/benchmarks-training.md).
 
-Trains hpctrain's built-in `mlp`, `cnn` or `resnet` with the same layer shapes, initialisation family
+Trains hpctrain's built-in `mlp`, `cnn`, `resnet` or `transformer` with the same layer shapes, initialisation family
 (He/Kaiming-normal weights, zero biases), data (hpctrain's HDF5 files, read with h5py and
 normalised the same way), sharding (one global permutation per epoch, each rank takes its
 contiguous slice of every global batch; the last partial global batch dropped), loss (mean
@@ -122,6 +122,51 @@ def build_resnet(channels=(16, 32, 64), blocks=1):
     return model
 
 
+class EncoderBlock(nn.Module):
+    """hpctrain's transformer block: x + MHSA(LN(x)); x + MLP(LN(x)), GELU in its tanh form."""
+
+    def __init__(self, dim, heads, mlp_dim):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(approximate="tanh"), nn.Linear(mlp_dim, dim))
+        for m in self.mlp:  # hpctrain: fan-in uniform weights, zero biases
+            if isinstance(m, nn.Linear):
+                nn.init.kaiming_uniform_(m.weight, a=5**0.5)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class VisionTransformer(nn.Module):
+    """models/transformer.cpp: patch embedding (a p x p conv with stride p), class token and
+    learned positions (both U(+-sqrt(3/dim))), `depth` pre-norm blocks, LayerNorm, the class
+    token, dense."""
+
+    def __init__(self, patch=7, dim=64, depth=4, heads=4, mlp_dim=128, side=28, classes=10):
+        super().__init__()
+        tokens = (side // patch) ** 2 + 1
+        self.embed = nn.Conv2d(1, dim, patch, stride=patch)
+        nn.init.kaiming_uniform_(self.embed.weight, a=5**0.5)
+        nn.init.zeros_(self.embed.bias)
+        bound = (3.0 / dim) ** 0.5
+        self.cls = nn.Parameter(torch.empty(1, 1, dim).uniform_(-bound, bound))
+        self.pos = nn.Parameter(torch.empty(1, tokens, dim).uniform_(-bound, bound))
+        self.blocks = nn.Sequential(*[EncoderBlock(dim, heads, mlp_dim) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+        nn.init.kaiming_uniform_(self.head.weight, a=5**0.5)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x):
+        t = self.embed(x).flatten(2).transpose(1, 2)  # [N, patches, dim], patches row by row
+        t = torch.cat([self.cls.expand(t.shape[0], -1, -1), t], dim=1) + self.pos
+        return self.head(self.norm(self.blocks(t))[:, 0])
+
+
 def init_like_hpctrain(model):
     for m in model.modules():  # hpctrain's default "fan_in_uniform": U(+-1/sqrt(fan_in)), zero bias
         if isinstance(m, (nn.Linear, nn.Conv2d)):
@@ -151,7 +196,7 @@ def evaluate(model, x, y, rank, world, batch=1000):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet"])
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet", "transformer"])
     ap.add_argument("--data", required=True, help="training split (hpctrain HDF5)")
     ap.add_argument("--eval-data", default="", help="test split (hpctrain HDF5); empty: no evaluation")
     ap.add_argument("--epochs", type=int, default=1)
@@ -201,6 +246,12 @@ def main():
                 raise SystemExit(f"torch_ddp.py: {args.model_config}: a resnet config mirrors only channels and "
                                  f"blocks (got {sorted(cfg)})")
             model = build_resnet(cfg.get("channels", [16, 32, 64]), cfg.get("blocks", 1))
+        elif cfg.get("name") == "transformer":
+            keys = {"patch", "dim", "depth", "heads", "mlp_dim"}
+            if set(cfg) - keys - {"name"}:
+                raise SystemExit(f"torch_ddp.py: {args.model_config}: a transformer config mirrors only "
+                                 f"{sorted(keys)} (got {sorted(cfg)})")
+            model = VisionTransformer(**{k: cfg[k] for k in keys if k in cfg})
         elif unknown or cfg.get("activation", "relu") != "relu" or cfg.get("name") not in ("mlp", "cnn"):
             raise SystemExit(f"torch_ddp.py: {args.model_config}: only name mlp|cnn, hidden, channels, kernel, "
                              f"pool and ReLU are mirrored (got {sorted(cfg)})")
@@ -210,6 +261,8 @@ def main():
                                 cfg.get("channels", [32, 64]), cfg.get("kernel", 5), cfg.get("pool", 2))
     elif args.model == "resnet":
         model = build_resnet()
+    elif args.model == "transformer":
+        model = VisionTransformer()
     elif args.model == "cnn":
         model = build_model("cnn", [256])
     else:
