@@ -2,9 +2,15 @@
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/counter_rng.hpp"
+#include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
 
+#ifdef HPCTRAIN_HAVE_ONEDNN
+#include "eltwise_onednn.hpp"
+#endif
+
 #include <cstring>
+#include <type_traits>
 
 namespace hpctrain::core {
 
@@ -124,9 +130,31 @@ constexpr double kGeluScale = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
 }  // namespace
 
+/// Whether float GELU goes to oneDNN's eltwise kernel: when built with oneDNN, the tensors are in
+/// host memory and HPCTRAIN_CONV_BACKEND does not ask for the portable kernels (it picks the
+/// backend of every kernel oneDNN implements besides gemm: convolutions and this).
+template <class T>
+bool gelu_on_onednn() {
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float> && Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    return conv_backend() == ConvBackend::onednn;
+  }
+#endif
+  return false;
+}
+
 template <class T>
 void gelu_forward(const Vec<T>& x, const Vec<T>& y) {
   const std::int64_t n = same_size(x, y, "gelu_forward");
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (gelu_on_onednn<T>()) {
+      ExecSpace().fence();
+      onednn::gelu_tanh_forward(x.data(), y.data(), n);
+      return;
+    }
+  }
+#endif
   Kokkos::parallel_for(
       "hpctrain::gelu_forward", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
         const T v = x(i);
@@ -139,6 +167,15 @@ template <class T>
 void gelu_backward(const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx) {
   const std::int64_t n = same_size(x, dy, "gelu_backward");
   same_size(dy, dx, "gelu_backward");
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (gelu_on_onednn<T>()) {
+      ExecSpace().fence();
+      onednn::gelu_tanh_backward(x.data(), dy.data(), dx.data(), n);
+      return;
+    }
+  }
+#endif
   Kokkos::parallel_for(
       "hpctrain::gelu_backward", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
         const T v = x(i);

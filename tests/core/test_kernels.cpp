@@ -4,6 +4,8 @@
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/loss.hpp"
 
+#include "hpctrain/core/conv.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,6 +52,33 @@ void check_activation_gradient(bool gelu) {
     forward();
     return hpctrain::testing::weighted_sum(y, w);
   });
+}
+
+/// Float GELU on both backends (oneDNN's eltwise kernel where built, the portable one) against
+/// float64: the forward and the derivative of the same tanh form.
+TEST(Activations, FloatGeluOnEveryBackendMatchesFloat64) {
+  const auto x = random_tensor<float>("x", {1031}, 21, -6.0, 6.0);
+  const auto dy = random_tensor<float>("dy", {1031}, 22);
+  const auto hx = to_host(x.data), hdy = to_host(dy.data);
+  std::vector<ConvBackend> backends{ConvBackend::portable};
+  if (onednn_available()) backends.push_back(ConvBackend::onednn);
+  const ConvBackend saved = conv_backend();
+  for (const ConvBackend b : backends) {
+    set_conv_backend(b);
+    auto y = make_tensor<float>("y", {1031});
+    auto dx = make_tensor<float>("dx", {1031});
+    gelu_forward(x.data, y.data);
+    gelu_backward(x.data, dy.data, dx.data);
+    const auto hy = to_host(y.data), hdx = to_host(dx.data);
+    for (std::size_t i = 0; i < hx.size(); ++i) {
+      const double v = hx[i], c = std::sqrt(2.0 / M_PI);
+      const double t = std::tanh(c * (v + 0.044715 * v * v * v));
+      const double d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v);
+      EXPECT_NEAR(hy[i], gelu_reference(v), 2e-6 * (1 + std::fabs(v))) << conv_backend_name(b) << " x=" << v;
+      EXPECT_NEAR(hdx[i], hdy[i] * d, 2e-6 * (1 + std::fabs(hdy[i] * d))) << conv_backend_name(b) << " x=" << v;
+    }
+  }
+  set_conv_backend(saved);
 }
 
 TEST(Activations, ReluBackwardMatchesFiniteDifferences) { check_activation_gradient(false); }

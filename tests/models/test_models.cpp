@@ -124,7 +124,7 @@ TEST(Registry, SizesComeFromTheConfig) {
 }
 
 TEST(Registry, RejectsBadConfigs) {
-  EXPECT_THROW(build_model<float>(json{{"name", "transformer"}}), Error);
+  EXPECT_THROW(build_model<float>(json{{"name", "vgg"}}), Error);
   EXPECT_THROW(build_model<float>(json{{"hidden", {3}}}), Error);
   EXPECT_THROW(build_model<float>(json{{"name", "mlp"}, {"hiden", {3}}}), Error);
   EXPECT_THROW(build_model<float>(json{{"name", "mlp"}, {"hidden", "big"}}), Error);
