@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--hpctrain", required=True)
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--fashion-dir", required=True)
-    ap.add_argument("--model", required=True, help="mlp, cnn or resnet")
+    ap.add_argument("--model", required=True, help="mlp, cnn, resnet or transformer")
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     work = a.workdir or tempfile.mkdtemp(prefix="det-%s-" % a.model)
@@ -73,6 +73,17 @@ def main():
         train = data("train", "train", 288)
         common = ["--model", config, "--global-batch", "72", "--micro-shard", "16", "--max-steps", "4",
                   "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005", "--clip-norm", "5"]
+        total, half = 4, 2
+    elif a.model == "transformer":
+        # Patch embedding, layer norm, self-attention and the GELU MLP on micro-shards; AdamW
+        # with weight decay, a warm-up-free cosine schedule, clipping.
+        config = os.path.join(work, "transformer-small.json")
+        with open(config, "w") as f:
+            json.dump({"name": "transformer", "patch": 7, "dim": 16, "depth": 2, "heads": 2, "mlp_dim": 32}, f)
+        train = data("train", "train", 288)
+        common = ["--model", config, "--global-batch", "72", "--micro-shard", "16", "--max-steps", "4",
+                  "--optimizer", "adamw", "--lr", "0.002", "--weight-decay", "0.01", "--schedule", "cosine",
+                  "--clip-norm", "1"]
         total, half = 4, 2
     else:
         # SGD with momentum and clipping; 5 micro-shards (16, 16, 16, 16, 8) per global batch
