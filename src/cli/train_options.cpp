@@ -72,7 +72,7 @@ namespace {
 /// Model, data, batches, optimiser and learning-rate schedule.
 void add_model_data_optimizer_options(CLI::App& train, TrainArgs& a) {
   auto& o = a.options;
-  train.add_option("--model", a.model, "Model: mlp, cnn, resnet, or a JSON config file (docs/models.md)")
+  train.add_option("--model", a.model, "Model: mlp, cnn, resnet, transformer, or a JSON config file (docs/models.md)")
       ->capture_default_str();
   train.add_option("--data", o.data,
                    "Training data set (hpctrain HDF5 format; `hpctrain data import-idx` makes one). "
