@@ -92,6 +92,24 @@ if err > 1e-4:
 print("a checkpoint without input_normalization uses the trainer's defaults")
 
 
+# --- the model zoo: batch norm in evaluation mode (running statistics) and attention ------------
+for model in ("resnet", "transformer"):
+    zoo_ckpt, zoo_summary = r.train(model, train_h5, test_h5, "--model", model, "--max-steps", "12")
+    got = {}
+    for np_ in (1, 3):
+        out = r.path(f"pred-{model}-np{np_}.h5")
+        r.must(np_, "predict", "--checkpoint", zoo_ckpt, "--data", test_h5, "--out", out, "--batch", "64")
+        with h5py.File(out, "r") as f:
+            got[np_] = (f["predictions"][...], f["probabilities"][...].tobytes())
+    correct = int((got[1][0] == labels).sum())
+    want_correct = round(zoo_summary["eval_accuracy"] * len(labels))
+    if correct != want_correct:
+        fail(f"{model}: predict has {correct} correct, the trainer's evaluation had {want_correct}")
+    if got[3][1] != got[1][1] or not np.array_equal(got[3][0], got[1][0]):
+        fail(f"{model}: /predictions or /probabilities bytes differ between np 1 and np 3")
+    print(f"{model}: {correct}/1000 correct as the trainer's evaluation; bytes identical at np 1 and 3")
+
+
 # --- refusals: one message, every rank non-zero, no output file ----------------------------------
 def refused(np_, args, expect, code=None):
     out_file = r.path("refused.h5")
