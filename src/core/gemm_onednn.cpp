@@ -10,6 +10,11 @@
 // gradient accumulates) is oneDNN's `sum` post-op; the dense forward's bias is the primitive's
 // bias argument, added to the accumulator before the store (one pass over y instead of two).
 //
+// batched_gemm (the attention's products) is one matmul over 4-D [outer, inner, rows, cols]
+// strided memory descriptors, cached the same way by (shape, strides, alpha, beta); oneDNN
+// 2.6 runs these non-dense batches with its jit sgemm (`gemm:jit`), looping over the batch
+// inside one primitive call.
+//
 // Bits: for a fixed shape and thread count the kernels are deterministic (static blocking, no
 // atomics), so results do not vary run to run; they differ from OpenBLAS's in the last bits.
 //
@@ -126,12 +131,15 @@ BatchedEntry make_batched_entry(const BatchedKey& key) {
   e.c = strided(key.outer, key.inner, key.m, key.n, key.sc);
   dnnl::primitive_attr attr;
   dnnl::post_ops ops;
-  // dst = linear(acc) then + beta dst: post-ops apply in order, the sum reads the old dst.
+  // dst = alpha acc + beta dst. oneDNN 2.x: alpha is the output scale, applied before the sum
+  // post-op (its jit gemm takes both; a linear post-op followed by a sum fell back to the
+  // reference kernel). 3.x has no output scale: a linear post-op, applied in order before the
+  // sum, which reads the old dst.
   if (key.alpha != 1.0F) {
 #if DNNL_VERSION_MAJOR >= 3
     ops.append_eltwise(dnnl::algorithm::eltwise_linear, key.alpha, 0.0F);
 #else
-    ops.append_eltwise(1.0F, dnnl::algorithm::eltwise_linear, key.alpha, 0.0F);
+    attr.set_output_scales(0, {key.alpha});
 #endif
   }
   if (key.beta != 0.0F) ops.append_sum(key.beta);
