@@ -3,7 +3,8 @@
 // y = (x - mean) rstd w + b. Backward with xhat = (x - mean) rstd and g = dy w:
 //   dx = rstd (g - mean(g) - xhat mean(g xhat)),   dw += sum_rows dy xhat,   db += sum_rows dy.
 // The row kernels run one row per thread (rows = N T is the wide extent); the parameter
-// gradients one column per thread, summing rows in order (deterministic, no atomics).
+// gradients sum fixed chunks of 64 rows along contiguous rows, then the chunks per column
+// (deterministic at any thread count, no atomics; see accumulate_scale_shift_gradients).
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
@@ -58,19 +59,51 @@ void normalize_rows_backward(const core::Vec<T>& x, const core::Vec<T>& dy, std:
       });
 }
 
+/// Rows per partial sum of the parameter gradients: a fixed count, not the thread count, so
+/// the summation order (and the bits) depend on the number of rows only. 64 rows keep a
+/// partial pair [2, dim] in L1 while a chunk streams through.
+constexpr std::int64_t kRowsPerPartial = 64;
+
+std::int64_t partial_count(std::int64_t rows) {
+  return (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+}
+
+/// dw += sum_rows dy xhat and db += sum_rows dy in two passes. (1) One thread per chunk of
+/// kRowsPerPartial rows: for each row in order, add dy xhat and dy to the chunk's partial
+/// [2, dim] -- the inner loop runs along a row, contiguous and vectorisable (each column's
+/// sum still adds rows in order). (2) One thread per column: add the chunks' partials in chunk
+/// order. Reads x and dy once (2 R D loads, 4 R D flops) instead of striding by D per row.
 template <class T>
 void accumulate_scale_shift_gradients(const core::Vec<T>& x, const core::Vec<T>& dy,
                                       std::int64_t rows, std::int64_t dim,
                                       const core::Vec<T>& mean, const core::Vec<T>& rstd,
-                                      const core::Vec<T>& dw, const core::Vec<T>& db) {
+                                      const core::Vec<T>& partial, const core::Vec<T>& dw,
+                                      const core::Vec<T>& db) {
+  const std::int64_t chunks = partial_count(rows);
+  Kokkos::parallel_for(
+      "hpctrain::layer_norm::backward_parameters_partial", Range(0, chunks),
+      KOKKOS_LAMBDA(const std::int64_t c) {
+        const std::int64_t pw = c * 2 * dim, pb = pw + dim;
+        const std::int64_t r_end = (c + 1) * kRowsPerPartial < rows ? (c + 1) * kRowsPerPartial
+                                                                     : rows;
+        for (std::int64_t d = 0; d < 2 * dim; ++d) partial(pw + d) = 0;
+        for (std::int64_t r = c * kRowsPerPartial; r < r_end; ++r) {
+          const T m = mean(r), s = rstd(r);
+          const std::int64_t base = r * dim;
+          for (std::int64_t d = 0; d < dim; ++d) {
+            const T g = dy(base + d);
+            partial(pw + d) += g * ((x(base + d) - m) * s);
+            partial(pb + d) += g;
+          }
+        }
+      });
   Kokkos::parallel_for(
       "hpctrain::layer_norm::backward_parameters", Range(0, dim),
       KOKKOS_LAMBDA(const std::int64_t d) {
         T sw = 0, sb = 0;
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const T g = dy(r * dim + d);
-          sw += g * (x(r * dim + d) - mean(r)) * rstd(r);
-          sb += g;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          sw += partial(c * 2 * dim + d);
+          sb += partial(c * 2 * dim + dim + d);
         }
         dw(d) += sw;
         db(d) += sb;
@@ -120,7 +153,11 @@ Tensor<T> LayerNorm<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   const std::int64_t rows = x_.size() / dim_;
   HPCTRAIN_REQUIRE(dy.size() == x_.size(), "layer_norm: output gradient shape " +
                                                core::shape_string(dy.shape) + " does not match");
-  accumulate_scale_shift_gradients(x_.data, dy.data, rows, dim_, mean_, rstd_,
+  const auto partial_size = static_cast<std::size_t>(partial_count(rows) * 2 * dim_);
+  if (partial_sums_.extent(0) != partial_size) {
+    partial_sums_ = core::Vec<T>("hpctrain::layer_norm::partial_parameter_sums", partial_size);
+  }
+  accumulate_scale_shift_gradients(x_.data, dy.data, rows, dim_, mean_, rstd_, partial_sums_,
                                    this->grad(0).data, this->grad(1).data);
   if (!need_input_grad) return {};
   core::ensure_shape(dx_, "hpctrain::layer_norm::dx", x_.shape);

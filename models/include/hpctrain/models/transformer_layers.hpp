@@ -70,6 +70,7 @@ class LayerNorm final : public Layer<T> {
   double eps_;
   Tensor<T> x_, y_, dx_;
   core::Vec<T> mean_, rstd_;  ///< per row, kept for backward
+  core::Vec<T> partial_sums_;  ///< [chunks of 64 rows, 2, dim]: dw, db partials in backward
 };
 
 /// Multi-head self-attention, [T, D] -> [T, D], as PyTorch's
