@@ -103,11 +103,11 @@ class MultiHeadSelfAttention final : public Layer<T> {
   std::int64_t dim_, heads_count_;
   std::int64_t batch_ = 0, tokens_ = 0;
   Tensor<T> x_;
-  Tensor<T> qkv_;      ///< [N T, 3D]: [q | k | v], head h in columns h dh.. of each third
+  Tensor<T> qkv_;      ///< [3, N T, D]: q, k, v (part-major), head h in columns h dh..
   Tensor<T> attn_;     ///< [N, heads, T, T]: softmax probabilities
   Tensor<T> context_;  ///< [N T, D]: [o_1 | ... | o_heads]
   Tensor<T> y_;
-  Tensor<T> dcontext_, dattn_, dqkv_, dx_;
+  Tensor<T> dcontext_, dattn_, dqkv_, dx_;  ///< dqkv_ part-major as qkv_
 };
 
 /// [..., in] -> [..., out]: the same affine map y = x W^T + b on every token (every row of
