@@ -131,6 +131,11 @@ void check_attention_products(const AttentionCase& c, double tol) {
     check<T>(c, t, dh, t, scale, l.square(13), l.head(1, 14), beta, l.head(0, 15), tol);
     check<T>(c, t, dh, t, -0.75, transposed(l.square(16)), l.head(0, 17), beta, l.head(1, 18),
              tol);
+    // The same products on dense [N T, D] parts (the layer's part-major qkv).
+    check<T>(c, t, t, dh, scale, l.context(19), transposed(l.context(20)), beta, l.square(21),
+             tol);
+    check<T>(c, t, dh, t, scale, transposed(l.square(22)), l.context(23), beta, l.context(24),
+             tol);
   }
 }
 
