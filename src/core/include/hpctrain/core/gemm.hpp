@@ -67,7 +67,7 @@ struct BatchedGemmShape {
 /// builds without oneDNN) a portable Kokkos kernel, one thread per output row, each element a
 /// k-term dot product summed in order: 2 outer inner m n k flops either way. Both are
 /// deterministic for fixed shapes, strides and thread count, and each product's result does
-/// not depend on outer or inner (a sample's attention is the same at any batch size).
+/// not depend on outer (a sample's attention is the same at any batch size).
 template <class T>
 void batched_gemm(const BatchedGemmShape& shape, T alpha, const StridedMatrices<T>& a,
                   const StridedMatrices<T>& b, T beta, const StridedMatrices<T>& c);
