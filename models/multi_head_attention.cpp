@@ -1,19 +1,25 @@
 // Multi-head self-attention on x[N, T, D] with H heads of dh = D / H columns.
 //
 // Forward schedule (R = N T rows):
-//   1. qkv[R, 3D] = x W_qkv^T + b_qkv                      one gemm, 6 R D^2 flops
-//   2. split: heads[3, N, H, T, dh] (q, k, v)              so each (sample, head) is one
-//                                                          contiguous [T, dh] matrix
-//   3. per (n, h): S = (1 / sqrt(dh)) q k^T   [T, T]      N H gemms, 2 N T^2 D flops
-//      P = softmax of every row of S, less its row max    in place; kept for backward
-//      o = P v                                  [T, dh]    N H gemms, 2 N T^2 D flops
-//   4. merge: context[R, D] = [o_1 | ... | o_H]
+//   1. qkv[3, R, D]: part p (q, k, v) = x W_p^T + b_p      three gemms (W_p, b_p: rows
+//                                                          p D.. of W_qkv, b_qkv), 6 R D^2 flops
+//   2. S[N, H, T, T] = (1 / sqrt(dh)) q k^T                one batched gemm over (n, h), 2 N T^2 D
+//      flops; q and k are read in place (head h of sample n is the [T, dh] block at rows n T..,
+//      columns h dh.. of part q or k: strides, no copy)
+//   3. P = softmax of every row of S, less its row max    in place; kept for backward
+//   4. context[R, D] = P v                                 one batched gemm, 2 N T^2 D flops,
+//                                                          written straight into row layout
 //   5. y[R, D] = context W_out^T + b_out                   one gemm, 2 R D^2 flops
-// Backward reverses it: the out projection (dW_out, db_out, dcontext), split dcontext per
-// head, dP = do v^T, dv = P^T do, the softmax Jacobian dS = P (dP - rowsum(dP P)) in place,
-// dq = dS k / sqrt(dh), dk = dS^T q / sqrt(dh), merge into dqkv[R, 3D], and the qkv
-// projection (dW_qkv, db_qkv, dx). Every product is a gemm; the per-head gemms are small
-// (T x dh) and numerous (N H), which a batched gemm could fuse later.
+// Backward reverses it: the out projection (dW_out, db_out, dcontext), dP = dcontext v^T,
+// dv = P^T dcontext, the softmax Jacobian dS = P (dP - rowsum(dP P)) in place,
+// dq = dS k / sqrt(dh), dk = dS^T q / sqrt(dh) -- four batched gemms reading qkv / dcontext
+// in place and writing their parts of dqkv[3, R, D] directly -- and the qkv projection per
+// part (dW_p += dqkv_p^T x, db_p, dx = sum_p dqkv_p W_p). Per step: 6 batched calls whatever
+// N and H; nothing is allocated while the batch shape repeats.
+//
+// Why part-major [3, R, D] and not PyTorch's [R, 3D]: each part is then a dense [N, T, H, dh]
+// tensor, which oneDNN 2.6's brgemm matmul takes as a 4-D batch; inside [R, 3D] rows (padded
+// to 3D) it fell back to its jit sgemm at ~10 GFLOP/s, 30 % of a step.
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/gemm.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
@@ -29,39 +35,20 @@ namespace {
 using core::Trans;
 using Range = Kokkos::RangePolicy<core::ExecSpace>;
 
-/// Extents of the per-head layout [parts, N, H, T, dh].
-struct HeadLayout {
-  std::int64_t parts, batch, heads, tokens, head_dim;
-
-};
-
-/// head_major[p, n, h, t, j] = rows_major[(n T + t) cols + p D + h dh + j] with D = H dh and
-/// cols = parts D (split = true), or the reverse assignment (split = false). One thread per
-/// token row: the index arithmetic is one division per row, not five per element (64-bit
-/// divisions made the per-element form half of the layer's time in perf).
+/// The [T, dh] head matrices of a row-major [N T, cols] buffer starting at element `first`:
+/// sample n (outer), head h (inner), token t, column j at first + (n T + t) cols + h dh + j.
 template <class T>
-void move_heads(const HeadLayout& l, bool split, const core::Vec<T>& rows_major,
-                const core::Vec<T>& head_major) {
-  const std::int64_t dh = l.head_dim, tokens = l.tokens, heads = l.heads, parts = l.parts;
-  const std::int64_t batch = l.batch, cols = parts * heads * dh;
-  Kokkos::parallel_for(
-      split ? "hpctrain::attention::split_heads" : "hpctrain::attention::merge_heads",
-      Range(0, batch * tokens), KOKKOS_LAMBDA(const std::int64_t row) {
-        const std::int64_t n = row / tokens, t = row % tokens;
-        for (std::int64_t p = 0; p < parts; ++p) {
-          for (std::int64_t h = 0; h < heads; ++h) {
-            const std::int64_t src = row * cols + (p * heads + h) * dh;
-            const std::int64_t dst = (((p * batch + n) * heads + h) * tokens + t) * dh;
-            for (std::int64_t j = 0; j < dh; ++j) {
-              if (split) {
-                head_major(dst + j) = rows_major(src + j);
-              } else {
-                rows_major(src + j) = head_major(dst + j);
-              }
-            }
-          }
-        }
-      });
+core::StridedMatrices<T> head_matrices(const core::Vec<T>& rows_major, std::int64_t first,
+                                       std::int64_t cols, std::int64_t tokens,
+                                       std::int64_t head_dim) {
+  return {rows_major, first, tokens * cols, head_dim, cols, 1};
+}
+
+/// The [T, T] matrices of a contiguous [N, H, T, T] buffer.
+template <class T>
+core::StridedMatrices<T> square_matrices(const core::Vec<T>& v, std::int64_t heads,
+                                         std::int64_t tokens) {
+  return {v, 0, heads * tokens * tokens, tokens * tokens, tokens, 1};
 }
 
 /// Each row of the [rows, len] matrix in `s` becomes its softmax (stable: the row max is
@@ -98,13 +85,29 @@ void softmax_rows_backward(std::int64_t rows, std::int64_t len, const core::Vec<
       });
 }
 
-/// Matrix `index` of a tensor holding consecutive [rows, cols] matrices.
+/// Elements [index size, (index + 1) size) of `v`: part `index` of a part-major buffer.
 template <class T>
-core::Matrix<T> block(const Tensor<T>& t, std::int64_t index, std::int64_t rows,
-                      std::int64_t cols) {
-  const std::int64_t n = rows * cols;
-  return core::as_matrix(core::Vec<T>(Kokkos::subview(t.data, std::make_pair(index * n, (index + 1) * n))),
-                         rows, cols);
+core::Vec<T> part(const core::Vec<T>& v, std::int64_t index, std::int64_t size) {
+  return Kokkos::subview(v, std::make_pair(index * size, (index + 1) * size));
+}
+
+/// The qkv projection's backward from part-major dqkv [3, R, D]: per part p, dW_p += dqkv_p^T x,
+/// db_p += column sums of dqkv_p, and (when dx is non-empty) dx = sum_p dqkv_p W_p, the parts
+/// added in order. 3 x (2 R D^2 + 2 R D^2) flops, as one [R, 3D] projection.
+template <class T>
+void qkv_projection_backward(const core::Vec<T>& dqkv, const core::Vec<T>& x, std::int64_t rows,
+                             std::int64_t dim, const core::Vec<T>& w, const core::Vec<T>& dw,
+                             const core::Vec<T>& db, const core::Vec<T>& dx) {
+  const core::Matrix<T> xm = core::as_matrix(x, rows, dim);
+  for (std::int64_t p = 0; p < 3; ++p) {
+    const core::Matrix<T> dym = core::as_matrix(part(dqkv, p, rows * dim), rows, dim);
+    core::gemm(Trans::yes, Trans::no, T(1), dym, xm, T(1),
+               core::as_matrix(part(dw, p, dim * dim), dim, dim));
+    core::accumulate_column_sums(dym, part(db, p, dim));
+    if (dx.data() == nullptr) continue;
+    core::gemm(Trans::no, Trans::no, T(1), dym, core::as_matrix(part(w, p, dim * dim), dim, dim),
+               p == 0 ? T(0) : T(1), core::as_matrix(dx, rows, dim));
+  }
 }
 
 }  // namespace
@@ -145,18 +148,15 @@ Tensor<T> MultiHeadSelfAttention<T>::forward(const Tensor<T>& x, bool /*train*/)
   x_ = x;
   batch_ = x.dim(0);
   tokens_ = x.dim(1);
-  const std::int64_t rows = batch_ * tokens_, dh = dim_ / heads_count_;
-  const HeadLayout qkv_layout{3, batch_, heads_count_, tokens_, dh};
-  core::ensure_shape(qkv_, "hpctrain::attention::qkv", {rows, 3 * dim_});
-  core::ensure_shape(heads_, "hpctrain::attention::heads", {3, batch_, heads_count_, tokens_, dh});
+  const std::int64_t rows = batch_ * tokens_;
+  core::ensure_shape(qkv_, "hpctrain::attention::qkv", {3, rows, dim_});
   core::ensure_shape(context_, "hpctrain::attention::context", {rows, dim_});
   core::ensure_shape(y_, "hpctrain::attention::y", x.shape);
-  detail::row_affine_forward(x.data, rows, dim_, 3 * dim_, this->param(0).data,
-                             this->param(1).data, qkv_.data);
-  move_heads(qkv_layout, true, qkv_.data, heads_.data);
+  for (std::int64_t p = 0; p < 3; ++p) {
+    detail::row_affine_forward(x.data, rows, dim_, dim_, part(this->param(0).data, p, dim_ * dim_),
+                               part(this->param(1).data, p, dim_), part(qkv_.data, p, rows * dim_));
+  }
   attend();
-  move_heads(HeadLayout{1, batch_, heads_count_, tokens_, dh}, false, context_.data,
-             context_heads_.data);
   detail::row_affine_forward(context_.data, rows, dim_, dim_, this->param(2).data,
                              this->param(3).data, y_.data);
   return y_;
@@ -164,68 +164,60 @@ Tensor<T> MultiHeadSelfAttention<T>::forward(const Tensor<T>& x, bool /*train*/)
 
 template <class T>
 void MultiHeadSelfAttention<T>::attend() {
-  const std::int64_t dh = dim_ / heads_count_, t = tokens_, nh = batch_ * heads_count_;
+  const std::int64_t dh = dim_ / heads_count_, t = tokens_, d = dim_, r = batch_ * tokens_;
   const T scale = T(1) / static_cast<T>(std::sqrt(static_cast<double>(dh)));
   core::ensure_shape(attn_, "hpctrain::attention::probabilities", {batch_, heads_count_, t, t});
-  core::ensure_shape(context_heads_, "hpctrain::attention::context_heads",
-                     {batch_, heads_count_, t, dh});
-  for (std::int64_t b = 0; b < nh; ++b) {
-    core::gemm(Trans::no, Trans::yes, scale, block(heads_, b, t, dh),
-               block(heads_, nh + b, t, dh), T(0), block(attn_, b, t, t));
-  }
-  softmax_rows(nh * t, t, attn_.data);
-  for (std::int64_t b = 0; b < nh; ++b) {
-    core::gemm(Trans::no, Trans::no, T(1), block(attn_, b, t, t),
-               block(heads_, 2 * nh + b, t, dh), T(0), block(context_heads_, b, t, dh));
-  }
+  const auto q = head_matrices(qkv_.data, 0, d, t, dh);
+  const auto k = head_matrices(qkv_.data, r * d, d, t, dh);
+  const auto v = head_matrices(qkv_.data, 2 * r * d, d, t, dh);
+  const auto p = square_matrices(attn_.data, heads_count_, t);
+  core::batched_gemm({batch_, heads_count_, t, t, dh}, scale, q, k.transposed(), T(0), p);
+  softmax_rows(batch_ * heads_count_ * t, t, attn_.data);
+  core::batched_gemm({batch_, heads_count_, t, dh, t}, T(1), p, v, T(0),
+                     head_matrices(context_.data, 0, d, t, dh));
 }
 
 template <class T>
 Tensor<T> MultiHeadSelfAttention<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
-  const std::int64_t rows = batch_ * tokens_, dh = dim_ / heads_count_;
+  const std::int64_t rows = batch_ * tokens_;
   HPCTRAIN_REQUIRE(dy.size() == rows * dim_, "multi_head_self_attention: output gradient shape " +
                                                  core::shape_string(dy.shape) + " does not match");
   core::ensure_shape(dcontext_, "hpctrain::attention::dcontext", {rows, dim_});
-  core::ensure_shape(dcontext_heads_, "hpctrain::attention::dcontext_heads",
-                     {batch_, heads_count_, tokens_, dh});
-  core::ensure_shape(dqkv_, "hpctrain::attention::dqkv", {rows, 3 * dim_});
+  core::ensure_shape(dqkv_, "hpctrain::attention::dqkv", {3, rows, dim_});
   detail::row_affine_backward(dy.data, context_.data, rows, dim_, dim_, this->param(2).data,
                               this->grad(2).data, this->grad(3).data, dcontext_.data);
-  move_heads(HeadLayout{1, batch_, heads_count_, tokens_, dh}, true, dcontext_.data,
-             dcontext_heads_.data);
   attend_backward();
-  move_heads(HeadLayout{3, batch_, heads_count_, tokens_, dh}, false, dqkv_.data, dheads_.data);
   core::Vec<T> dx;
   if (need_input_grad) {
     core::ensure_shape(dx_, "hpctrain::attention::dx", x_.shape);
     dx = dx_.data;
   }
-  detail::row_affine_backward(dqkv_.data, x_.data, rows, dim_, 3 * dim_, this->param(0).data,
-                              this->grad(0).data, this->grad(1).data, dx);
+  qkv_projection_backward(dqkv_.data, x_.data, rows, dim_, this->param(0).data,
+                          this->grad(0).data, this->grad(1).data, dx);
   return need_input_grad ? dx_ : Tensor<T>();
 }
 
 template <class T>
 void MultiHeadSelfAttention<T>::attend_backward() {
-  const std::int64_t dh = dim_ / heads_count_, t = tokens_, nh = batch_ * heads_count_;
+  const std::int64_t dh = dim_ / heads_count_, t = tokens_, d = dim_, h = heads_count_;
+  const std::int64_t r = batch_ * tokens_;
   const T scale = T(1) / static_cast<T>(std::sqrt(static_cast<double>(dh)));
   core::ensure_shape(dattn_, "hpctrain::attention::dprobabilities", attn_.shape);
-  core::ensure_shape(dheads_, "hpctrain::attention::dheads", heads_.shape);
-  for (std::int64_t b = 0; b < nh; ++b) {
-    const core::Matrix<T> dout = block(dcontext_heads_, b, t, dh);
-    core::gemm(Trans::no, Trans::yes, T(1), dout, block(heads_, 2 * nh + b, t, dh), T(0),
-               block(dattn_, b, t, t));
-    core::gemm(Trans::yes, Trans::no, T(1), block(attn_, b, t, t), dout, T(0),
-               block(dheads_, 2 * nh + b, t, dh));
-  }
-  softmax_rows_backward(nh * t, t, attn_.data, dattn_.data);
-  for (std::int64_t b = 0; b < nh; ++b) {
-    const core::Matrix<T> ds = block(dattn_, b, t, t);
-    core::gemm(Trans::no, Trans::no, scale, ds, block(heads_, nh + b, t, dh), T(0),
-               block(dheads_, b, t, dh));
-    core::gemm(Trans::yes, Trans::no, scale, ds, block(heads_, b, t, dh), T(0),
-               block(dheads_, nh + b, t, dh));
-  }
+  const auto q = head_matrices(qkv_.data, 0, d, t, dh);
+  const auto k = head_matrices(qkv_.data, r * d, d, t, dh);
+  const auto v = head_matrices(qkv_.data, 2 * r * d, d, t, dh);
+  const auto dq = head_matrices(dqkv_.data, 0, d, t, dh);
+  const auto dk = head_matrices(dqkv_.data, r * d, d, t, dh);
+  const auto dv = head_matrices(dqkv_.data, 2 * r * d, d, t, dh);
+  const auto dout = head_matrices(dcontext_.data, 0, d, t, dh);
+  const auto p = square_matrices(attn_.data, h, t);
+  const auto ds = square_matrices(dattn_.data, h, t);
+  const core::BatchedGemmShape square{batch_, h, t, t, dh}, tall{batch_, h, t, dh, t};
+  core::batched_gemm(square, T(1), dout, v.transposed(), T(0), ds);  // dP
+  core::batched_gemm(tall, T(1), p.transposed(), dout, T(0), dv);
+  softmax_rows_backward(batch_ * h * t, t, attn_.data, dattn_.data);  // dP -> dS
+  core::batched_gemm(tall, scale, ds, k, T(0), dq);
+  core::batched_gemm(tall, scale, ds.transposed(), q, T(0), dk);
 }
 
 template class MultiHeadSelfAttention<float>;

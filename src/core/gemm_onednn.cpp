@@ -10,6 +10,11 @@
 // gradient accumulates) is oneDNN's `sum` post-op; the dense forward's bias is the primitive's
 // bias argument, added to the accumulator before the store (one pass over y instead of two).
 //
+// batched_gemm (the attention's products) is one matmul over 4-D [outer, inner, rows, cols]
+// strided memory descriptors, cached the same way by (shape, strides, alpha, beta); oneDNN
+// 2.6 runs these non-dense batches with its jit sgemm (`gemm:jit`), looping over the batch
+// inside one primitive call.
+//
 // Bits: for a fixed shape and thread count the kernels are deterministic (static blocking, no
 // atomics), so results do not vary run to run; they differ from OpenBLAS's in the last bits.
 //
@@ -21,6 +26,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <array>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -74,10 +80,13 @@ Entry make_entry(const Key& key) {
   return e;
 }
 
-/// The cached primitive for `key`. The cache is process-wide (a model uses a handful of shapes:
-/// its layers at the training, last-partial and evaluation batch sizes); it is emptied when it
-/// grows past kMaxEntries so a program that sweeps shapes cannot grow it without bound.
-Entry entry_for(const Key& key) {  // a copy: oneDNN objects are shared handles
+/// The cached value make(key) for `key`, one cache per (Key, Entry, Make) instantiation. Each
+/// cache is process-wide (a model uses a handful of shapes: its layers at the training,
+/// last-partial and evaluation batch sizes); it is emptied when it grows past kMaxEntries so a
+/// program that sweeps shapes cannot grow it without bound. Returns a copy: oneDNN objects are
+/// shared handles.
+template <class Key, class Entry, class Make>
+Entry cached(const Key& key, Make make) {
   constexpr std::size_t kMaxEntries = 512;
   static std::mutex mutex;
   static std::map<Key, Entry> cache;
@@ -85,9 +94,63 @@ Entry entry_for(const Key& key) {  // a copy: oneDNN objects are shared handles
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() >= kMaxEntries) cache.clear();
-    it = cache.emplace(key, make_entry(key)).first;
+    it = cache.emplace(key, make(key)).first;
   }
   return it->second;
+}
+
+Entry entry_for(const Key& key) { return cached<Key, Entry>(key, make_entry); }
+
+// ---- batched: 4-D strided operands, alpha as a linear post-op -------------------------------
+
+struct BatchedKey {
+  std::int64_t outer, inner, m, n, k;
+  std::array<std::int64_t, 4> sa, sb, sc;
+  float alpha, beta;
+  bool operator<(const BatchedKey& o) const {
+    return std::tie(outer, inner, m, n, k, sa, sb, sc, alpha, beta) <
+           std::tie(o.outer, o.inner, o.m, o.n, o.k, o.sa, o.sb, o.sc, o.alpha, o.beta);
+  }
+};
+
+struct BatchedEntry {
+  memory::desc a, b, c;
+  dnnl::matmul primitive;
+};
+
+memory::desc strided(std::int64_t outer, std::int64_t inner, std::int64_t rows,
+                     std::int64_t cols, const std::array<std::int64_t, 4>& s) {
+  return memory::desc({outer, inner, rows, cols}, memory::data_type::f32,
+                      memory::dims{s[0], s[1], s[2], s[3]});
+}
+
+BatchedEntry make_batched_entry(const BatchedKey& key) {
+  BatchedEntry e;
+  e.a = strided(key.outer, key.inner, key.m, key.k, key.sa);
+  e.b = strided(key.outer, key.inner, key.k, key.n, key.sb);
+  e.c = strided(key.outer, key.inner, key.m, key.n, key.sc);
+  dnnl::primitive_attr attr;
+  dnnl::post_ops ops;
+  // dst = alpha acc + beta dst. oneDNN 2.x: alpha is the output scale, applied before the sum
+  // post-op (its jit gemm takes both; a linear post-op followed by a sum fell back to the
+  // reference kernel). 3.x has no output scale: a linear post-op, applied in order before the
+  // sum, which reads the old dst.
+  if (key.alpha != 1.0F) {
+#if DNNL_VERSION_MAJOR >= 3
+    ops.append_eltwise(dnnl::algorithm::eltwise_linear, key.alpha, 0.0F);
+#else
+    attr.set_output_scales(0, {key.alpha});
+#endif
+  }
+  if (key.beta != 0.0F) ops.append_sum(key.beta);
+  attr.set_post_ops(ops);
+#if DNNL_VERSION_MAJOR >= 3
+  const dnnl::matmul::primitive_desc pd(cpu_engine(), e.a, e.b, e.c, attr);
+#else
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, cpu_engine());
+#endif
+  e.primitive = dnnl::matmul(pd);
+  return e;
 }
 
 }  // namespace
@@ -108,6 +171,20 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
   } else {
     e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   }
+  s.wait();
+}
+
+void batched_gemm(const BatchedShape& shape, float alpha, StridedOperand a, StridedOperand b,
+                  float beta, StridedOperand c) {
+  const BatchedKey key{shape.outer, shape.inner, shape.m, shape.n, shape.k,
+                       a.strides,   b.strides,   c.strides, alpha, beta};
+  const BatchedEntry e = cached<BatchedKey, BatchedEntry>(key, make_batched_entry);
+  auto& eng = cpu_engine();
+  memory am(e.a, eng, const_cast<float*>(a.data));
+  memory bm(e.b, eng, const_cast<float*>(b.data));
+  memory cm(e.c, eng, const_cast<float*>(c.data));
+  auto& s = thread_stream();
+  e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   s.wait();
 }
 

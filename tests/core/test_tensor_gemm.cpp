@@ -1,4 +1,5 @@
 // Tensors and gemm: gemm against a naive float64 product on odd shapes, every transpose pair.
+#include "gemm_backend_scope.hpp"
 #include "gradient_check.hpp"
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/conv.hpp"
@@ -16,6 +17,7 @@
 namespace hpctrain::core {
 namespace {
 
+using hpctrain::testing::GemmBackendScope;
 using hpctrain::testing::random_values;
 
 TEST(Tensor, ShapeMustMatchStorage) {
@@ -74,18 +76,6 @@ void check_gemm(std::int64_t m, std::int64_t n, std::int64_t k, Trans ta, Trans 
     }
   }
 }
-
-/// Runs a test body with float gemms on one backend, restoring the previous one.
-class GemmBackendScope {
- public:
-  explicit GemmBackendScope(GemmBackend b) : saved_(gemm_backend()) { set_gemm_backend(b); }
-  ~GemmBackendScope() { set_gemm_backend(saved_); }
-  GemmBackendScope(const GemmBackendScope&) = delete;
-  GemmBackendScope& operator=(const GemmBackendScope&) = delete;
-
- private:
-  GemmBackend saved_;
-};
 
 struct GemmCase {
   GemmBackend backend;

@@ -70,6 +70,7 @@ class LayerNorm final : public Layer<T> {
   double eps_;
   Tensor<T> x_, y_, dx_;
   core::Vec<T> mean_, rstd_;  ///< per row, kept for backward
+  core::Vec<T> partial_sums_;  ///< [chunks of 64 rows, 2, dim]: dw, db partials in backward
 };
 
 /// Multi-head self-attention, [T, D] -> [T, D], as PyTorch's
@@ -83,8 +84,9 @@ class LayerNorm final : public Layer<T> {
 /// "out_bias" [D] (zeros). The constructor throws unless heads > 0 divides dim.
 ///
 /// Cost per sample: 8 T D^2 flops in the projections and 4 T^2 D in the attention products
-/// (one gemm per sample and head); the attention probabilities [N, heads, T, T] are kept for
-/// backward. Buffers are reused while the batch shape repeats.
+/// (forward; backward twice that), the latter as core::batched_gemm calls over all samples and
+/// heads that read q, k, v in place from the projection's output; the attention probabilities
+/// [N, heads, T, T] are kept for backward. Buffers are reused while the batch shape repeats.
 template <class T>
 class MultiHeadSelfAttention final : public Layer<T> {
  public:
@@ -96,18 +98,16 @@ class MultiHeadSelfAttention final : public Layer<T> {
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
 
  private:
-  void attend();                    ///< heads_ -> attn_ (probabilities) -> context_heads_
-  void attend_backward();           ///< dcontext_heads_ -> dheads_
+  void attend();           ///< qkv_ -> attn_ (probabilities) -> context_
+  void attend_backward();  ///< dcontext_ (and qkv_, attn_) -> dqkv_
   std::int64_t dim_, heads_count_;
   std::int64_t batch_ = 0, tokens_ = 0;
   Tensor<T> x_;
-  Tensor<T> qkv_;            ///< [N T, 3D]
-  Tensor<T> heads_;          ///< [3, N, heads, T, dh]: q, k, v, one contiguous matrix per head
-  Tensor<T> attn_;           ///< [N, heads, T, T]: softmax probabilities
-  Tensor<T> context_heads_;  ///< [N, heads, T, dh]
-  Tensor<T> context_;        ///< [N T, D]
+  Tensor<T> qkv_;      ///< [3, N T, D]: q, k, v (part-major), head h in columns h dh..
+  Tensor<T> attn_;     ///< [N, heads, T, T]: softmax probabilities
+  Tensor<T> context_;  ///< [N T, D]: [o_1 | ... | o_heads]
   Tensor<T> y_;
-  Tensor<T> dcontext_, dcontext_heads_, dattn_, dheads_, dqkv_, dx_;
+  Tensor<T> dcontext_, dattn_, dqkv_, dx_;  ///< dqkv_ part-major as qkv_
 };
 
 /// [..., in] -> [..., out]: the same affine map y = x W^T + b on every token (every row of

@@ -29,6 +29,49 @@ template <class T>
 void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
                     const Matrix<T>& y);
 
+/// One operand of batched_gemm(): a [outer, inner] grid of [rows, cols] matrices inside a 1-D
+/// buffer, element (o, i, r, c) at `data(offset + o * outer_stride + i * inner_stride +
+/// r * row_stride + c * col_stride)` (strides in elements, any non-negative values). Row and
+/// column counts come from BatchedGemmShape; a transposed operand is the same matrices with
+/// row_stride and col_stride swapped (transposed()).
+///
+/// For multi-head attention on qkv [N T, 3D] (H heads of dh columns) the query of sample n,
+/// head h is {qkv, 0, T 3D, dh, 3D, 1} as a [T, dh] matrix, the key {qkv, D, ...} and, as the
+/// [dh, T] matrix k^T, {qkv, D, T 3D, dh, 1, 3D}: nothing is copied.
+template <class T>
+struct StridedMatrices {
+  Vec<T> data;
+  std::int64_t offset = 0;
+  std::int64_t outer_stride = 0, inner_stride = 0, row_stride = 0, col_stride = 1;
+
+  /// The same storage seen as the transposed matrices.
+  StridedMatrices transposed() const {
+    return {data, offset, outer_stride, inner_stride, col_stride, row_stride};
+  }
+};
+
+/// Extents of batched_gemm(): outer x inner products of [m, k] x [k, n] -> [m, n].
+struct BatchedGemmShape {
+  std::int64_t outer, inner, m, n, k;
+};
+
+/// C[o, i] = alpha A[o, i] B[o, i] + beta C[o, i] for every o < outer, i < inner, with A of
+/// [m, k], B of [k, n] and C of [m, n] matrices laid out as StridedMatrices (transposes are
+/// strides). beta = 0 ignores C's old contents (NaNs included); C's matrices must not overlap
+/// each other or A and B. Throws when an operand reaches past its buffer's end or a count is
+/// negative.
+///
+/// Backends as gemm(): float on host memory goes to one oneDNN batched matmul primitive (4-D
+/// strided memory descriptors; alpha an output scale, beta the sum post-op; created once per
+/// shape, strides, alpha and beta and cached); otherwise (double, HPCTRAIN_GEMM_BACKEND=blas,
+/// builds without oneDNN) a portable Kokkos kernel, one thread per output row, each element a
+/// k-term dot product summed in order: 2 outer inner m n k flops either way. Both are
+/// deterministic for fixed shapes, strides and thread count, and each product's result does
+/// not depend on outer (a sample's attention is the same at any batch size).
+template <class T>
+void batched_gemm(const BatchedGemmShape& shape, T alpha, const StridedMatrices<T>& a,
+                  const StridedMatrices<T>& b, T beta, const StridedMatrices<T>& c);
+
 enum class GemmBackend { blas, onednn };
 
 /// The backend gemm() uses for float (HPCTRAIN_GEMM_BACKEND, read once; throws on an unknown
