@@ -8,8 +8,8 @@
 // for any thread count (element-wise, no reductions).
 //
 // Schedule: one forward and one backward primitive per element count, created on first use and
-// cached (a model has a few: its activations at the training, last-partial and evaluation
-// batch sizes); the cache is emptied past kMaxEntries.
+// cached (onednn::cached: a model has a few, its activations at the training, last-partial and
+// evaluation batch sizes).
 
 #include "eltwise_onednn.hpp"
 
@@ -17,8 +17,6 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <map>
-#include <mutex>
 
 namespace hpctrain::core::onednn {
 
@@ -51,18 +49,7 @@ Entry make_entry(std::int64_t n) {
   return e;
 }
 
-Entry entry_for(std::int64_t n) {  // a copy: oneDNN objects are shared handles
-  constexpr std::size_t kMaxEntries = 256;
-  static std::mutex mutex;
-  static std::map<std::int64_t, Entry> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(n);
-  if (it == cache.end()) {
-    if (cache.size() >= kMaxEntries) cache.clear();
-    it = cache.emplace(n, make_entry(n)).first;
-  }
-  return it->second;
-}
+Entry entry_for(std::int64_t n) { return cached<std::int64_t, Entry>(n, make_entry); }
 
 }  // namespace
 

@@ -80,25 +80,6 @@ Entry make_entry(const Key& key) {
   return e;
 }
 
-/// The cached value make(key) for `key`, one cache per (Key, Entry, Make) instantiation. Each
-/// cache is process-wide (a model uses a handful of shapes: its layers at the training,
-/// last-partial and evaluation batch sizes); it is emptied when it grows past kMaxEntries so a
-/// program that sweeps shapes cannot grow it without bound. Returns a copy: oneDNN objects are
-/// shared handles.
-template <class Key, class Entry, class Make>
-Entry cached(const Key& key, Make make) {
-  constexpr std::size_t kMaxEntries = 512;
-  static std::mutex mutex;
-  static std::map<Key, Entry> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    if (cache.size() >= kMaxEntries) cache.clear();
-    it = cache.emplace(key, make(key)).first;
-  }
-  return it->second;
-}
-
 Entry entry_for(const Key& key) { return cached<Key, Entry>(key, make_entry); }
 
 // ---- batched: 4-D strided operands, alpha as a linear post-op -------------------------------
