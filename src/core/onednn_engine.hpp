@@ -1,6 +1,7 @@
 #pragma once
 // Internal to hpctrain::core: the one oneDNN CPU engine every oneDNN-backed kernel (convolution,
-// gemm, eltwise) creates its primitives on, and the primitive cache they share. Built only with HPCTRAIN_ENABLE_ONEDNN.
+// gemm, eltwise) creates its primitives on, and the primitive cache they share. Built only with
+// HPCTRAIN_ENABLE_ONEDNN.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
