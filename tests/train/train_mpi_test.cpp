@@ -57,6 +57,32 @@ TEST(Training, MlpLearnsFashionMnistSubset) {
   EXPECT_LT(r.final_train_loss, 0.8);
 }
 
+TEST(Training, ResnetAndTransformerLearnFashionMnistSubset) {
+  // The model zoo end to end through the trainer: two epochs over 4096 samples at global batch 64
+  // (128 steps). Chance is 10 %. Measured at np 1-4: resnet 52-60 % (train loss ~0.7), the
+  // transformer 64-66 %. So early in training the resnet's evaluation with running statistics
+  // lags its weights (an EMA over ~10 steps): PyTorch's own resnet, trained the same way, scores
+  // 64 % with its running statistics and 74 % with statistics recomputed after training, and
+  // PyTorch evaluating hpctrain's parameters and running statistics gives hpctrain's accuracy to
+  // the sample (checked by hand). Hence the looser bound for the resnet.
+  // np 1 and 2 only: on this 2-core machine 3-4 oversubscribed ranks take 70-110 s for it.
+  int ranks = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (ranks > 2) GTEST_SKIP() << "runs at np 1 and 2";
+  coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
+  for (const char* name : {"resnet", "transformer"}) {
+    train::TrainOptions o = base_options();
+    o.model = {{"name", name}};
+    o.keep_parameters = false;
+    o.epochs = 2;
+    const auto r = train::run_training(o, comm);
+    if (comm.rank() == 0) std::printf("%s: test accuracy %.4f at P=%d\n", name, r.eval.accuracy, comm.size());
+    EXPECT_EQ(r.eval.samples, 2000);
+    EXPECT_GE(r.eval.accuracy, std::string(name) == "resnet" ? 0.4 : 0.55) << name << ": test loss " << r.eval.loss;
+    EXPECT_LT(r.final_train_loss, 1.5) << name;  // chance: ln 10 = 2.30
+  }
+}
+
 TEST(Training, ParametersMatchOneRankRun) {
   // Same seed, same global batch: the P-rank result must equal the 1-rank result up to float
   // rounding. The only difference is the order in which per-sample gradient contributions are
