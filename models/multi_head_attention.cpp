@@ -22,7 +22,7 @@
 // to 3D) it fell back to its jit sgemm at ~10 GFLOP/s, 30 % of a step.
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/gemm.hpp"
-#include "hpctrain/core/kokkos_compat.hpp"
+#include "hpctrain/core/softmax.hpp"
 #include "hpctrain/models/transformer_layers.hpp"
 #include "row_affine.hpp"
 
@@ -33,7 +33,6 @@ namespace hpctrain::models {
 namespace {
 
 using core::Trans;
-using Range = Kokkos::RangePolicy<core::ExecSpace>;
 
 /// The [T, dh] head matrices of a row-major [N T, cols] buffer starting at element `first`:
 /// sample n (outer), head h (inner), token t, column j at first + (n T + t) cols + h dh + j.
@@ -49,40 +48,6 @@ template <class T>
 core::StridedMatrices<T> square_matrices(const core::Vec<T>& v, std::int64_t heads,
                                          std::int64_t tokens) {
   return {v, 0, heads * tokens * tokens, tokens * tokens, tokens, 1};
-}
-
-/// Each row of the [rows, len] matrix in `s` becomes its softmax (stable: the row max is
-/// subtracted before exp).
-template <class T>
-void softmax_rows(std::int64_t rows, std::int64_t len, const core::Vec<T>& s) {
-  Kokkos::parallel_for(
-      "hpctrain::attention::softmax", Range(0, rows), KOKKOS_LAMBDA(const std::int64_t r) {
-        const std::int64_t base = r * len;
-        T m = s(base);
-        for (std::int64_t j = 1; j < len; ++j) m = s(base + j) > m ? s(base + j) : m;
-        T sum = 0;
-        for (std::int64_t j = 0; j < len; ++j) {
-          const T e = core::kmath::exp(s(base + j) - m);
-          s(base + j) = e;
-          sum += e;
-        }
-        const T inv = T(1) / sum;
-        for (std::int64_t j = 0; j < len; ++j) s(base + j) *= inv;
-      });
-}
-
-/// dp <- p (dp - sum_j dp_j p_j) per row: the softmax backward, in place in dp.
-template <class T>
-void softmax_rows_backward(std::int64_t rows, std::int64_t len, const core::Vec<T>& p,
-                           const core::Vec<T>& dp) {
-  Kokkos::parallel_for(
-      "hpctrain::attention::softmax_backward", Range(0, rows),
-      KOKKOS_LAMBDA(const std::int64_t r) {
-        const std::int64_t base = r * len;
-        T dot = 0;
-        for (std::int64_t j = 0; j < len; ++j) dot += dp(base + j) * p(base + j);
-        for (std::int64_t j = 0; j < len; ++j) dp(base + j) = p(base + j) * (dp(base + j) - dot);
-      });
 }
 
 /// Elements [index size, (index + 1) size) of `v`: part `index` of a part-major buffer.
@@ -172,7 +137,7 @@ void MultiHeadSelfAttention<T>::attend() {
   const auto v = head_matrices(qkv_.data, 2 * r * d, d, t, dh);
   const auto p = square_matrices(attn_.data, heads_count_, t);
   core::batched_gemm({batch_, heads_count_, t, t, dh}, scale, q, k.transposed(), T(0), p);
-  softmax_rows(batch_ * heads_count_ * t, t, attn_.data);
+  core::softmax_rows(batch_ * heads_count_ * t, t, attn_.data);
   core::batched_gemm({batch_, heads_count_, t, dh, t}, T(1), p, v, T(0),
                      head_matrices(context_.data, 0, d, t, dh));
 }
@@ -215,7 +180,7 @@ void MultiHeadSelfAttention<T>::attend_backward() {
   const core::BatchedGemmShape square{batch_, h, t, t, dh}, tall{batch_, h, t, dh, t};
   core::batched_gemm(square, T(1), dout, v.transposed(), T(0), ds);  // dP
   core::batched_gemm(tall, T(1), p.transposed(), dout, T(0), dv);
-  softmax_rows_backward(batch_ * h * t, t, attn_.data, dattn_.data);  // dP -> dS
+  core::softmax_rows_backward(batch_ * h * t, t, attn_.data, dattn_.data);  // dP -> dS
   core::batched_gemm(tall, scale, ds, k, T(0), dq);
   core::batched_gemm(tall, scale, ds.transposed(), q, T(0), dk);
 }
