@@ -54,9 +54,9 @@ template <class T>
 void BatchNorm2D<T>::batch_statistics(const Tensor<T>& x) {
   const auto c = static_cast<std::size_t>(channels_);
   core::channel_moments(g_, x.data, this->param(kRunningMean).data, moments_);
-  local_moments_ = core::to_host(core::Vec<double>(moments_));
-  local_moments_.push_back(static_cast<double>(g_.batch * g_.spatial));
-  std::vector<double> total = local_moments_;
+  // This rank's shifted sums and element count; moments_ keeps the local sums for backward.
+  std::vector<double> total = core::to_host(core::Vec<double>(moments_));
+  total.push_back(static_cast<double>(g_.batch * g_.spatial));
   if (reducer_) reducer_(total.data(), total.size());
   stat_count_ = total[2 * c];
   const std::vector<T> shift = core::to_host(this->param(kRunningMean).data);
@@ -107,6 +107,8 @@ Tensor<T> BatchNorm2D<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   const Doubles sums = sums_, moments = moments_;
   const core::Vec<T> dgamma = this->grad(kGamma).data, dbeta = this->grad(kBeta).data;
   const core::Vec<T> dmean = this->grad(kRunningMean).data, dvar = this->grad(kRunningVar).data;
+  const core::Vec<T> tracked = this->grad(kTracked).data;
+  const auto count = static_cast<T>(g_.batch * g_.spatial);
   const bool train = train_;
   Kokkos::parallel_for(
       "hpctrain::batchnorm::accumulate", Kokkos::RangePolicy<core::ExecSpace>(0, c),
@@ -116,15 +118,9 @@ Tensor<T> BatchNorm2D<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
         if (train) {
           dmean(i) += static_cast<T>(moments(i));
           dvar(i) += static_cast<T>(moments(c + i));
+          if (i == 0) tracked(0) += count;
         }
       });
-  if (train) {
-    const core::Vec<T> tracked = this->grad(kTracked).data;
-    const auto count = static_cast<T>(g_.batch * g_.spatial);
-    Kokkos::parallel_for(
-        "hpctrain::batchnorm::count", Kokkos::RangePolicy<core::ExecSpace>(0, 1),
-        KOKKOS_LAMBDA(const std::int64_t) { tracked(0) += count; });
-  }
   if (reducer_ && train) {
     std::vector<double> total = core::to_host(core::Vec<double>(sums_));
     reducer_(total.data(), total.size());

@@ -59,7 +59,6 @@ class BatchNorm2D final : public Layer<T> {
   core::ChannelGeometry g_;
   bool train_ = false;
   double stat_count_ = 0;  ///< elements per channel behind mean_/rstd_ (global with a reducer)
-  std::vector<double> local_moments_;  ///< this rank's shifted sums of the last forward, host
   Kokkos::View<double*, core::MemSpace> moments_, mean_, rstd_, sums_;
   Tensor<T> xhat_, y_, dx_;
 };

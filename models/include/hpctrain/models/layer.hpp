@@ -79,7 +79,6 @@ class Layer {
  protected:
   /// After bind() has stored the views (composite layers hand them on to their parts).
   virtual void on_bound() {}
-  std::size_t bound_count() const { return params_.size(); }
   const Tensor<T>& param(std::size_t i) const { return params_.at(i); }
   const Tensor<T>& grad(std::size_t i) const { return grads_.at(i); }
 
