@@ -3,7 +3,7 @@
 //
 //   mpirun -n P build/bin/bench_train [--models=mlp,cnn] [--steps=N] [--warmup=N] [--iters=N]
 //          [--global_batch=128] [--epochs=N [--max_steps=N]] [--data=TRAIN.h5] [--eval_data=TEST.h5]
-//          [--lr=0.05] [--momentum=0.9] [--seed=42] [--algo=auto] [--deterministic=0|1|0,1]
+//          [--lr=0.05] [--momentum=0.9] [--seed=42] [--init_seed=N] [--algo=auto] [--deterministic=0|1|0,1]
 //          [--micro_shard=16] [--strategies=ddp,zero1,zero2] [--optimizer=sgd|adamw]
 //          [--grad_dtype=f32|bf16|f16] [Google Benchmark flags]
 //
@@ -13,7 +13,9 @@
 // than ddp (--strategies, docs/strategies.md) appends `/<strategy>`, a --grad_dtype other than
 // f32 `/<dtype>`. A --models entry ending in `.json` is a model config file (e.g. a wide MLP
 // for the memory counters), named by its file name. Google Benchmark
-// appends `/iterations:N/manual_time`. One iteration = one call of hpctrain::train::run_training — the
+// appends `/iterations:N/manual_time`. --seed is the epoch order's seed (`hpctrain train --seed`);
+// --init_seed, when given, replaces the model config's "seed" (its initial parameters; default
+// the config's, 0 for the built-in models). One iteration = one call of hpctrain::train::run_training — the
 // code `hpctrain train` runs: HDF5 reader with prefetch, forward/backward, bucketed overlapped
 // gradient all-reduce, SGD — from a freshly built model (same seed, so iterations repeat the
 // same run). Every rank runs the same number of iterations and, inside each, the same number
@@ -61,6 +63,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <sys/resource.h>
@@ -91,6 +94,7 @@ struct Options {
   std::string data, eval_data;
   double lr = 0.05, momentum = 0.9;
   std::uint64_t seed = 42;
+  std::optional<std::uint64_t> init_seed;  // the model config's "seed" when unset
   std::string algo = "auto";
   std::vector<bool> deterministic{false};
   std::int64_t micro_shard = 16;
@@ -155,6 +159,9 @@ Options parse_options(int& argc, char** argv) {
   if (auto v = take_flag(argc, argv, "lr")) o.lr = parse_real(*v, "lr");
   if (auto v = take_flag(argc, argv, "momentum")) o.momentum = parse_real(*v, "momentum");
   if (auto v = take_flag(argc, argv, "seed")) o.seed = static_cast<std::uint64_t>(parse_count(*v, "seed", 0));
+  if (auto v = take_flag(argc, argv, "init_seed")) {
+    o.init_seed = static_cast<std::uint64_t>(parse_count(*v, "init_seed", 0));
+  }
   if (auto v = take_flag(argc, argv, "algo")) o.algo = *v;
   if (auto v = flag_or_env(take_flag(argc, argv, "deterministic"), "HPCTRAIN_BENCH_DETERMINISTIC")) {
     o.deterministic.clear();
@@ -213,6 +220,7 @@ void bench_training(benchmark::State& state, const Options& o, const std::string
   t.deterministic = deterministic;
   t.micro_shard = o.micro_shard;
   t.model = model_config(model);
+  if (o.init_seed) t.model["seed"] = *o.init_seed;
   t.strategy = strategy;
   t.optimizer = o.optimizer;
   t.grad_dtype = o.grad_dtype;

@@ -6,7 +6,14 @@
 #   scripts/compare-torch.sh [--build DIR] [--out DIR] [--models "mlp cnn resnet transformer CONFIG.json ..."]
 #       (default: mlp, cnn and benchmarks/models/cnn-k3-3conv.json)
 #       [--hpctrain-configs "2x1 1x2"] [--torch-configs "1x2 2x1"]
-#       [--mlp-epochs 2] [--cnn-epochs 1] [--cnn-max-steps 150] [--repeats 1]
+#       [--mlp-epochs 2] [--cnn-epochs 1] [--cnn-max-steps 150] [--repeats 1] [--seeds "1 2 3"]
+#
+# --seeds "S1 S2 ...": every run is repeated with each seed: the initial parameters and the epoch
+# order on both sides (bench_train --seed=S --init_seed=S, torch_ddp.py --seed S; the two sides
+# draw different values from the same seed). Without --seeds: bench_train's defaults (epoch
+# order 42, the model config's own init seed) and torch's --seed 42. With more than one
+# seed the table's accuracies are the mean over the seeds of each side's best configuration, with
+# their standard deviation and count: one run's accuracy moves by a few tenths with the seed.
 #
 # A --models entry ending in .json is an hpctrain model config (e.g. benchmarks/models/
 # cnn-k3-3conv.json: other kernel, channel and layer counts), which the peer mirrors with
@@ -39,6 +46,7 @@ mlp_epochs=2
 cnn_epochs=1
 cnn_max_steps=150
 repeats=1
+seeds=""
 warmup=5
 
 while (($#)); do
@@ -52,9 +60,15 @@ while (($#)); do
     --cnn-epochs) cnn_epochs=$2; shift 2 ;;
     --cnn-max-steps) cnn_max_steps=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare-torch: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
+done
+explicit_seeds=$seeds
+seeds=${seeds:-default}
+for s in $explicit_seeds; do
+  [[ $s =~ ^[0-9]+$ ]] || { echo "compare-torch: --seeds entry '$s' is not a non-negative integer" >&2; exit 2; }
 done
 for c in $hpctrain_configs $torch_configs; do
   [[ $c =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "compare-torch: configuration '$c' is not RANKSxTHREADS (e.g. 2x1)" >&2; exit 2; }
@@ -113,7 +127,7 @@ test=$fashion_test
   echo "hpctrain: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo '+changes')"
   echo "torch: $("$python" -c 'import torch; print(torch.__version__)')"
   echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} (inherited: ${inherited_coretype:-none}); hpctrain configs: $hpctrain_configs; torch configs: $torch_configs"
-  echo "mlp: $mlp_epochs epochs; cnn: $cnn_epochs epochs, max steps $cnn_max_steps; warm-up $warmup steps; repeats $repeats"
+  echo "mlp: $mlp_epochs epochs; cnn: $cnn_epochs epochs, max steps $cnn_max_steps; warm-up $warmup steps; repeats $repeats; seeds $seeds"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/environment.txt"
 cat "$out/environment.txt"
@@ -128,23 +142,25 @@ for model in $models; do
     { echo "compare-torch: --models entry '$model' is neither mlp, cnn, resnet, transformer nor an existing .json model config" >&2; exit 2; }
 done
 
-run_hpctrain() {  # model config epochs max_steps file
-  local model=$1 config=$2 epochs=$3 max_steps=$4 file=$5
+run_hpctrain() {  # model config epochs max_steps file seed
+  local model=$1 config=$2 epochs=$3 max_steps=$4 file=$5 seed=$6 seeding=()
+  [[ $seed != default ]] && seeding=(--seed="$seed" --init_seed="$seed")
   local r=${config%x*} t=${config#*x}
   local cmd=(mpirun -n "$r" $(mpirun_flags "$t") -x HPCTRAIN_THREADS_PER_RANK="$t" "$bench" --models="$model"
              --steps=0 --epochs="$epochs" --max_steps="$max_steps" --warmup="$warmup" --iters=1
-             --data="$train" --eval_data="$test" --benchmark_format=json)
+             "${seeding[@]}" --data="$train" --eval_data="$test" --benchmark_format=json)
   echo "+ ${cmd[*]}   (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   "${cmd[@]}" > "$file"
 }
 
-run_torch() {  # model config epochs max_steps file
-  local model=$1 config=$2 epochs=$3 max_steps=$4 file=$5
+run_torch() {  # model config epochs max_steps file seed
+  local model=$1 config=$2 epochs=$3 max_steps=$4 file=$5 seed=$6 seeding=()
+  [[ $seed != default ]] && seeding=(--seed "$seed")
   local r=${config%x*} t=${config#*x}
   local port=$((29500 + RANDOM % 2000)) which=(--model "$model")
   [[ $model == *.json ]] && which=(--model-config "$model")
   local cmd=(mpirun -n "$r" $(mpirun_flags "$t") -x OMP_NUM_THREADS="$t" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$port
-             "$python" "$peer" "${which[@]}" --threads "$t" --epochs "$epochs" --max-steps "$max_steps"
+             "$python" "$peer" "${which[@]}" --threads "$t" "${seeding[@]}" --epochs "$epochs" --max-steps "$max_steps"
              --warmup-steps "$warmup" --data "$train" --eval-data "$test")
   echo "+ ${cmd[*]}   (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   "${cmd[@]}" | grep '^{' > "$file"
@@ -157,25 +173,32 @@ for model in $models; do
   if is_cnn "$model"; then epochs=$cnn_epochs max_steps=$cnn_max_steps; else epochs=$mlp_epochs max_steps=0; fi
   label=$(model_label "$model")
   for ((rep = 1; rep <= repeats; ++rep)); do
-    run_side() {  # side
-      local side=$1 c
-      if [[ $side == hpctrain ]]; then
-        for c in $hpctrain_configs; do run_hpctrain "$model" "$c" "$epochs" "$max_steps" "$out/hpctrain-$label-$c-r$rep.json"; done
-      else
-        for c in $torch_configs; do run_torch "$model" "$c" "$epochs" "$max_steps" "$out/torch-$label-$c-r$rep.json"; done
-      fi
-    }
-    if ((rep % 2)); then run_side hpctrain; run_side torch; else run_side torch; run_side hpctrain; fi
+    for seed in $seeds; do
+      run_side() {  # side
+        local side=$1 c
+        if [[ $side == hpctrain ]]; then
+          for c in $hpctrain_configs; do
+            run_hpctrain "$model" "$c" "$epochs" "$max_steps" "$out/hpctrain-$label-$c-r$rep-s$seed.json" "$seed"
+          done
+        else
+          for c in $torch_configs; do
+            run_torch "$model" "$c" "$epochs" "$max_steps" "$out/torch-$label-$c-r$rep-s$seed.json" "$seed"
+          done
+        fi
+      }
+      if ((rep % 2)); then run_side hpctrain; run_side torch; else run_side torch; run_side hpctrain; fi
+    done
   done
 done
 echo "compare-torch: runs took $(($(date +%s) - start)) s; load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/environment.txt"
 
 labels=$(for m in $models; do model_label "$m"; done | tr '\n' ' ')
-"$python" - "$out" "$labels" "$hpctrain_configs" "$torch_configs" "$cores" "$models" <<'EOF2' | tee "$out/table.md"
+"$python" - "$out" "$labels" "$hpctrain_configs" "$torch_configs" "$cores" "$models" "$seeds" <<'EOF2' | tee "$out/table.md"
 import glob, json, os, sys
 
 out, models = sys.argv[1], sys.argv[2].split()
 hconfigs, tconfigs, cores = sys.argv[3].split(), sys.argv[4].split(), int(sys.argv[5])
+seeds = sys.argv[7].split()
 paths = dict(zip(models, sys.argv[6].split()))  # label -> mlp, cnn or a config file
 # Training FLOPs per sample (benchmarks/bench_train.cpp's header derives them).
 FLOP_PER_SAMPLE = {"mlp": 2.41e6, "cnn": 67.6e6, "resnet": 55.85e6, "transformer": 14.46e6}  # bench_train's train_flop_per_sample
@@ -224,6 +247,16 @@ def best(side, model, configs):
 def fmt(x, spec, unit=""):
     return "—" if x is None else format(x, spec) + unit
 
+def accuracy(side, model, config, single):
+    """The test accuracy to print for `config`: with one seed, the best run's (`single`); with
+    several, the mean over every run of that configuration, ± the sample standard deviation."""
+    accs = [100 * a for _, a in runs(side, model, config) if a is not None]
+    if len(seeds) < 2 or len(accs) < 2:
+        return fmt(None if single is None else 100 * single, '.2f', '%')
+    mean = sum(accs) / len(accs)
+    sd = (sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) ** 0.5
+    return f"{mean:.2f}% ± {sd:.2f} (n={len(accs)})"
+
 print(f"sgemm bound: {sgemm_1t / 1e9:.0f} GFLOP/s per core (OpenBLAS, 1 thread, 1024^3) x {cores} cores\n")
 rows = ["| model | hpctrain config | hpctrain samples/s | torch best config | torch samples/s | ratio "
         "| hpctrain test acc | torch test acc | hpctrain frac of sgemm bound | all configs (samples/s) |",
@@ -238,11 +271,11 @@ for model in models:
         [f"hpctrain {c}: {fmt(max((s for s, _ in runs('hpctrain', model, c)), default=None), '.0f')}" for c in hconfigs] +
         [f"torch {c}: {fmt(max((s for s, _ in runs('torch', model, c)), default=None), '.0f')}" for c in tconfigs])
     rows.append(f"| {model} | {hc or '—'} | {fmt(h, '.0f')} | {tc or '—'} | {fmt(t, '.0f')} | {fmt(ratio, '.2f', '×')} "
-                f"| {fmt(None if ha is None else 100 * ha, '.2f', '%')} | {fmt(None if ta is None else 100 * ta, '.2f', '%')} "
+                f"| {accuracy('hpctrain', model, hc, ha)} | {accuracy('torch', model, tc, ta)} "
                 f"| {fmt(frac, '.2f')} | {every} |")
 print("\n".join(rows))
 print()
-print("Config RxT = R ranks x T threads. Ratio = hpctrain best / torch best samples/s (global batch 128, "
+print(("Test accuracy: mean ± standard deviation over the seeds " + " ".join(seeds) + " (n runs). " if len(seeds) > 1 else "") + "Config RxT = R ranks x T threads. Ratio = hpctrain best / torch best samples/s (global batch 128, "
       "after the warm-up steps). Test accuracy on the 10,000-sample test split after the same steps. "
       "frac of sgemm bound = samples/s x training FLOPs per sample / (1-thread sgemm x cores).")
 EOF2
