@@ -34,12 +34,10 @@ Assignment assign(coll::Communicator& comm, const SamplePartition& part, const D
   const auto width = static_cast<std::size_t>(k * d + 1);  // sums, then the inertia
   std::vector<double> total = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count,
                                                                             double* term) {
-    nearest_centroids(data.row(first), count, d, centroids, k, label.data() + first, a.d2.data() + first);
+    // The per-cluster sums come from the same cache-resident pass (term holds k x d sums first).
+    nearest_centroids(data.row(first), count, d, centroids, k, label.data() + first, a.d2.data() + first, term);
     for (std::int64_t i = first; i < first + count; ++i) {
       const auto at = static_cast<std::size_t>(i);
-      double* sum = term + label[at] * d;
-      const double* x = data.row(i);
-      for (std::int64_t j = 0; j < d; ++j) sum[j] += x[j];
       term[width - 1] += a.d2[at];
       ++a.counts[static_cast<std::size_t>(label[at])];
     }
@@ -73,7 +71,7 @@ std::int64_t take_farthest(coll::Communicator& comm, const DatasetSlice& data, s
 }  // namespace
 
 void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
-                       std::int64_t k, std::int64_t* label, double* d2) {
+                       std::int64_t k, std::int64_t* label, double* d2, double* sums) {
   std::vector<double> norms(static_cast<std::size_t>(k));
   const std::vector<double> origin(static_cast<std::size_t>(d), 0.0);
   for (std::int64_t c = 0; c < k; ++c) {
@@ -95,7 +93,12 @@ void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const
         }
       }
       label[sub + i] = arg;
-      d2[sub + i] = squared_distance(x + (sub + i) * d, centroids.data() + arg * d, d);
+      const double* row = x + (sub + i) * d;
+      d2[sub + i] = squared_distance(row, centroids.data() + arg * d, d);
+      if (sums != nullptr) {
+        double* sum = sums + arg * d;
+        for (std::int64_t j = 0; j < d; ++j) sum[j] += row[j];
+      }
     }
   }
 }

@@ -89,8 +89,12 @@ std::vector<double> fetch_sample(coll::Communicator& comm, const SamplePartition
 /// lowest index), and d2[i] = the squared distance to it (squared_distance). Call it on whole
 /// sum blocks (sample_partition.hpp): the dgemm calls, hence the bits, are then the same at any
 /// rank count.
+///
+/// With `sums` (k x d, row-major) each sample is also added to its centroid's row, in sample
+/// order, inside the same 64-row pass, while the rows are still in the core's cache: the Lloyd
+/// step's sums without a second pass over the samples from memory.
 void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
-                       std::int64_t k, std::int64_t* label, double* d2);
+                       std::int64_t k, std::int64_t* label, double* d2, double* sums = nullptr);
 
 /// Squared Euclidean distance of two d-vectors: eight running sums over j mod 8, added in a
 /// fixed order (vectorised; the bits depend on the data alone).
