@@ -117,18 +117,25 @@ void check_labels_shape(hid_t labels, const std::string& where, hsize_t samples)
 
 /// The root attributes: format_version, classes (required), and shape and count (when present)
 /// agreeing with /samples; source and class_names copied into `info`.
-void read_root_attributes(hid_t root, const std::string& file_where, DatasetInfo& info) {
+/// Without `labelled` (a file without /labels), `classes` may be absent and must be 0 if present.
+void read_root_attributes(hid_t root, const std::string& file_where, DatasetInfo& info, bool labelled = true) {
   if (h5_has_attribute(root, "format_version")) {
     const std::int64_t v = h5_read_int_attribute(root, "format_version", file_where);
     HPCTRAIN_REQUIRE(v == DatasetFormat::version,
                      fmt::format("{}: format_version {} is not supported (this build reads {})",
                                  file_where, v, DatasetFormat::version));
   }
-  const std::int64_t classes = h5_read_int_attribute(root, "classes", file_where);
-  HPCTRAIN_REQUIRE(classes >= 1 && classes <= INT32_MAX,
-                   fmt::format("{}: attribute 'classes' = {} is not a positive class count",
-                               file_where, classes));
-  info.classes = static_cast<std::int32_t>(classes);
+  if (labelled) {
+    const std::int64_t classes = h5_read_int_attribute(root, "classes", file_where);
+    HPCTRAIN_REQUIRE(classes >= 1 && classes <= INT32_MAX,
+                     fmt::format("{}: attribute 'classes' = {} is not a positive class count",
+                                 file_where, classes));
+    info.classes = static_cast<std::int32_t>(classes);
+  } else if (h5_has_attribute(root, "classes")) {
+    const std::int64_t classes = h5_read_int_attribute(root, "classes", file_where);
+    HPCTRAIN_REQUIRE(classes == 0, fmt::format("{}: attribute 'classes' = {} but {} is missing", file_where,
+                                               classes, DatasetFormat::labels));
+  }
   if (h5_has_attribute(root, "shape")) {
     auto shape = h5_read_int_array_attribute(root, "shape", file_where);
     HPCTRAIN_REQUIRE(shape == info.sample_shape,
@@ -254,6 +261,25 @@ struct DatasetReader::Shards {
   }
 };
 
+DatasetInfo describe_unlabelled_dataset(const std::string& path) {
+  const std::string file_where = fmt::format("data set '{}'", path);
+  std::error_code ec;
+  HPCTRAIN_REQUIRE(fs::is_regular_file(path, ec), file_where + ": no such file");
+  H5Lock lock;
+  h5_quiet_errors();
+  HPCTRAIN_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, file_where + ": not an HDF5 file (no HDF5 signature)");
+  H5File file(HPCTRAIN_CHECK_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), file_where + ": open"));
+  const std::string samples_where = file_where + " " + DatasetFormat::samples;
+  HPCTRAIN_REQUIRE(h5_exists(file.get(), DatasetFormat::samples),
+                   samples_where + ": dataset is missing (not an hpctrain data set?)");
+  H5Dataset samples(HPCTRAIN_CHECK_H5(H5Dopen2(file.get(), DatasetFormat::samples, H5P_DEFAULT), samples_where));
+  DatasetInfo info;
+  info.path = path;
+  describe_samples(samples.get(), samples_where, info);
+  read_root_attributes(file.get(), file_where, info, /*labelled=*/false);
+  return info;
+}
+
 DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
     : path_(std::move(path)), options_(options) {
   const std::string file_where = fmt::format("data set '{}'", path_);
@@ -270,6 +296,9 @@ DatasetReader::DatasetReader(std::string path, DatasetReaderOptions options)
     shards_ = std::make_unique<Shards>();
     shards_->index = read_shard_index(path_);
     info_ = shards_->index.info;
+    HPCTRAIN_REQUIRE(info_.classes >= 1, fmt::format("{}: its shards have no {} (regression data: `hpctrain ml linreg` "
+                                                     "reads it)",
+                                                     file_where, DatasetFormat::labels));
     for (const ShardEntry& e : shards_->index.shards) shards_->ends.push_back(e.first + e.count);
     shards_->open.resize(shards_->index.shards.size());
     return;

@@ -268,7 +268,7 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
   CLI::App* ml = app.add_subcommand("ml", "Classical models fitted over all ranks, same result bits at any rank count");
   ml->require_subcommand(1);
   a.kmeans = ml->add_subcommand("kmeans", "k-means (Lloyd; k-means++ or random init); writes /centroids (K x d, f64)");
-  a.kmeans->add_option("--data", a.data, "hpctrain HDF5 data set (samples = stored value x scale)")->required();
+  a.kmeans->add_option("--data", a.data, "hpctrain HDF5 data set file or sharded directory (samples = stored value x scale)")->required();
   a.kmeans->add_option("--k", a.k, "Number of clusters (1..samples)")->required();
   a.kmeans->add_option("--max-iter", a.max_iter, "Most Lloyd iterations")->capture_default_str();
   a.kmeans->add_option("--tol", a.tol, "Stop when the inertia changes by at most tol x inertia")->capture_default_str();
@@ -283,7 +283,7 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
   a.kmeans->add_option("--out", a.out, "Model file (HDF5, written under a temporary name, then renamed)")->required();
   a.linreg = ml->add_subcommand("linreg", "Least squares with intercept, (1/2n)||y - Xw - b||^2 + (l2/2)||w||^2; "
                                           "writes /coefficients (d, f64) and the intercept");
-  a.linreg->add_option("--data", a.data, "hpctrain HDF5 data set with /targets (float64, N)")->required();
+  a.linreg->add_option("--data", a.data, "hpctrain HDF5 data set (file or sharded directory) with /targets (float64, N)")->required();
   a.linreg->add_option("--l2", a.l2, "Ridge penalty lambda (the intercept is not penalised)")->capture_default_str();
   a.linreg->add_option("--solver", a.solver, "normal: normal equations by Cholesky (d^2 sums); lbfgs: L-BFGS "
                                              "(d sums per pass; for wide data)")
@@ -297,9 +297,9 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
   a.logreg = ml->add_subcommand("logreg", "Multinomial logistic regression by L-BFGS: mean cross-entropy + "
                                           "(l2/2)||W||^2 (intercept unpenalised); writes /coefficients "
                                           "(classes x d) and /intercept (classes)");
-  a.logreg->add_option("--data", a.data, "hpctrain HDF5 data set with /labels (classes from its `classes`)")
+  a.logreg->add_option("--data", a.data, "hpctrain HDF5 data set (file or sharded directory) with /labels (classes from its `classes`)")
       ->required();
-  a.logreg->add_option("--eval-data", a.eval_data, "Test split: its accuracy is printed and recorded");
+  a.logreg->add_option("--eval-data", a.eval_data, "Test split (file or sharded directory): its accuracy is printed and recorded");
   a.logreg->add_option("--l2", a.logreg_l2, "Penalty lambda on W (scikit-learn's C = 1/(n lambda))")
       ->capture_default_str();
   a.logreg->add_option("--max-iter", a.max_iter, "Most L-BFGS iterations")->capture_default_str();
@@ -320,7 +320,7 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
                                             "/predictions (int32 class, or f64 for linreg) and, for logreg, "
                                             "/probabilities (N x classes, float32)");
   a.predict->add_option("--model", a.model, "Model file written by hpctrain ml kmeans|linreg|logreg")->required();
-  a.predict->add_option("--data", a.data, "hpctrain HDF5 data set (labels and targets are not needed)")->required();
+  a.predict->add_option("--data", a.data, "hpctrain HDF5 data set file or sharded directory (labels and targets are not needed)")->required();
   a.predict->add_option("--out", a.out, "Predictions file (HDF5, written under a temporary name, then renamed)")
       ->required();
   return ml;

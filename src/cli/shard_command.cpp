@@ -11,7 +11,7 @@ CLI::App* add_shard_command(CLI::App& data, ShardArgs& a) {
       "Split a data set file into K shard files of contiguous samples plus an index.json, in a new directory. "
       "`train`, `predict` and `--eval-data` accept the directory wherever they accept a file; each rank then opens "
       "only the shards its batches need, and the samples keep their global indices (same epochs, same results)");
-  c->add_option("--in", a.in, "Input data set file (hpctrain HDF5 format)")->required();
+  c->add_option("--in", a.in, "Input data set file (hpctrain HDF5 format; with /labels, or /targets for regression)")->required();
   c->add_option("--shards", a.options.shards, "Number of shard files K (each holds N/K samples, +-1)")
       ->required()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));

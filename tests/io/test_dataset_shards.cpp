@@ -10,6 +10,7 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -124,6 +125,28 @@ TEST(DatasetShards, OpensOnlyTheShardsAReadNeeds) {
   EXPECT_NE(range.find("sample index 90 is not in [0, 90)"), std::string::npos) << range;
 }
 
+TEST(DatasetShards, MapsAGlobalRangeToThePiecesOfItsShards) {
+  TempDir dir;
+  const std::string file = synth(dir, "d.h5", 10, io::SampleType::uint8);
+  const std::string out = dir.file("s");
+  io::split_dataset(file, out, {3});  // [0, 3), [3, 6), [6, 10)
+  const io::ShardIndex index = io::read_shard_index(out);
+  using Piece = std::tuple<std::size_t, std::int64_t, std::int64_t>;
+  const auto pieces = [&](std::int64_t first, std::int64_t count) {
+    std::vector<Piece> v;
+    for (const io::ShardPiece& p : io::shards_overlapping(index, first, count)) v.emplace_back(p.shard, p.first, p.count);
+    return v;
+  };
+  EXPECT_EQ(pieces(0, 10), (std::vector<Piece>{{0, 0, 3}, {1, 0, 3}, {2, 0, 4}}));
+  EXPECT_EQ(pieces(2, 5), (std::vector<Piece>{{0, 2, 1}, {1, 0, 3}, {2, 0, 1}}));
+  EXPECT_EQ(pieces(3, 3), (std::vector<Piece>{{1, 0, 3}}));
+  EXPECT_EQ(pieces(9, 1), (std::vector<Piece>{{2, 3, 1}}));
+  EXPECT_TRUE(pieces(4, 0).empty());
+  EXPECT_TRUE(pieces(10, 0).empty());
+  const std::string why = error_of([&] { io::shards_overlapping(index, 8, 3); });
+  EXPECT_NE(why.find("samples [8, 11) are not inside its 10 samples"), std::string::npos) << why;
+}
+
 TEST(DatasetShards, SplitIsDeterministicAndAtomic) {
   TempDir dir;
   const std::string file = synth(dir, "d.h5", 50, io::SampleType::uint8);
@@ -175,6 +198,15 @@ TEST(DatasetShards, RefusesABadIndexOrAShardThatDoesNotMatchIt) {
   EXPECT_NE(open_error().find("must name a file inside the directory"), std::string::npos) << open_error();
   with("\"sample_type\": \"uint8\"", "\"sample_type\": \"int16\"");
   EXPECT_NE(open_error().find("is not uint8 or float32"), std::string::npos) << open_error();
+  // "classes": 0 is for regression sets ("targets": true) only.
+  const auto classes_at = good.find("\"classes\": ");
+  const std::string classes = good.substr(classes_at, good.find(',', classes_at) - classes_at);
+  with(classes, "\"classes\": 0");
+  EXPECT_NE(open_error().find("\"classes\" = 0 is not a positive class count (0 only with \"targets\": true)"),
+            std::string::npos)
+      << open_error();
+  with(classes, "\"targets\": true, \"classes\": 0");
+  EXPECT_NE(open_error().find("its shards have no /labels"), std::string::npos) << open_error();
   write_text(index, good.substr(0, good.size() / 2));
   EXPECT_NE(open_error().find("not valid JSON"), std::string::npos) << open_error();
   fs::remove(index);

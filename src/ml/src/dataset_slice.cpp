@@ -1,12 +1,15 @@
 #include "hpctrain/ml/dataset_slice.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/io/dataset.hpp"
+#include "hpctrain/io/dataset_shards.hpp"
 #include "hpctrain/io/h5.hpp"
 
 namespace hpctrain::ml {
@@ -22,7 +25,10 @@ H5File open_dataset_file(const std::string& path) {
   const std::string where = fmt::format("data set '{}'", path);
   std::error_code ec;
   HPCTRAIN_REQUIRE(fs::exists(path, ec), where + ": no such file");
-  HPCTRAIN_REQUIRE(!fs::is_directory(path, ec), where + ": is a directory, not a file");
+  HPCTRAIN_REQUIRE(!fs::is_directory(path, ec),
+                   fmt::format("{}: is a directory without an {} (not a sharded data set: `hpctrain data shard` "
+                               "writes one); give a data set file or a sharded directory",
+                               where, io::ShardIndexFormat::file_name));
   io::h5_quiet_errors();
   HPCTRAIN_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, where + ": not an HDF5 file (no HDF5 signature)");
   H5File file(HPCTRAIN_CHECK_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), where + ": open"));
@@ -51,8 +57,8 @@ std::vector<double> read_rows(hid_t dset, std::int64_t first, std::int64_t rows,
   return out;
 }
 
-/// /targets of the slice's rows into s.targets.
-void read_targets(hid_t file, const std::string& file_where, DatasetSlice& s) {
+/// /targets of the file's rows [local_first, local_first + s.rows) into s.targets.
+void read_targets(hid_t file, const std::string& file_where, std::int64_t local_first, DatasetSlice& s) {
   const std::string twhere = file_where + " " + RegressionFormat::targets;
   HPCTRAIN_REQUIRE(io::h5_exists(file, RegressionFormat::targets),
                    twhere + ": dataset is missing (regression needs targets: hpctrain data import-csv --target)");
@@ -61,15 +67,16 @@ void read_targets(hid_t file, const std::string& file_where, DatasetSlice& s) {
   const auto tdims = io::h5_dims(tspace.get());
   HPCTRAIN_REQUIRE(tdims.size() == 1 && static_cast<std::int64_t>(tdims[0]) == s.total_samples,
                    fmt::format("{}: must be one value per sample ({} samples)", twhere, s.total_samples));
-  s.targets = read_rows(targets.get(), s.first, s.rows, 1, twhere);
+  s.targets = read_rows(targets.get(), local_first, s.rows, 1, twhere);
   for (std::size_t i = 0; i < s.targets.size(); ++i) {
     HPCTRAIN_REQUIRE(std::isfinite(s.targets[i]), fmt::format("{}: target of sample {} is {}", twhere,
                                                               s.first + static_cast<std::int64_t>(i), s.targets[i]));
   }
 }
 
-/// /labels of the slice's rows and the `classes` attribute into s.labels and s.classes.
-void read_labels(hid_t file, const std::string& file_where, DatasetSlice& s) {
+/// /labels of the file's rows [local_first, local_first + s.rows) and the `classes` attribute
+/// into s.labels and s.classes.
+void read_labels(hid_t file, const std::string& file_where, std::int64_t local_first, DatasetSlice& s) {
   const std::string lwhere = file_where + " " + io::DatasetFormat::labels;
   HPCTRAIN_REQUIRE(io::h5_exists(file, io::DatasetFormat::labels),
                    lwhere + ": dataset is missing (classification needs labels)");
@@ -83,7 +90,7 @@ void read_labels(hid_t file, const std::string& file_where, DatasetSlice& s) {
   const auto ldims = io::h5_dims(lspace.get());
   HPCTRAIN_REQUIRE(ldims.size() == 1 && static_cast<std::int64_t>(ldims[0]) == s.total_samples,
                    fmt::format("{}: must be one label per sample ({} samples)", lwhere, s.total_samples));
-  const std::vector<double> values = read_rows(labels.get(), s.first, s.rows, 1, lwhere);
+  const std::vector<double> values = read_rows(labels.get(), local_first, s.rows, 1, lwhere);
   s.labels.resize(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
     const double v = values[i];
@@ -104,6 +111,7 @@ std::string DatasetSlice::column_name(std::int64_t j) const {
 }
 
 std::int64_t dataset_sample_count(const std::string& path) {
+  if (io::is_sharded_dataset(path)) return io::read_shard_index(path).info.count;
   io::H5Lock lock;
   H5File file = open_dataset_file(path);
   const std::string where = fmt::format("data set '{}' {}", path, io::DatasetFormat::samples);
@@ -115,7 +123,13 @@ std::int64_t dataset_sample_count(const std::string& path) {
   return static_cast<std::int64_t>(dims[0]);
 }
 
-DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, SliceColumns columns) {
+namespace {
+
+/// Rows [local_first, local_first + rows) of the data set file `path`, whose sample 0 is global
+/// sample `offset` (s.first and the messages count globally). `check` sees the file's description
+/// before any row is read (the count and partition check for a file, the index check for a shard).
+DatasetSlice read_file_rows(const std::string& path, std::int64_t offset, std::int64_t local_first, std::int64_t rows,
+                            SliceColumns columns, const std::function<void(const io::DatasetInfo&)>& check) {
   io::H5Lock lock;
   H5File file = open_dataset_file(path);
   const std::string file_where = fmt::format("data set '{}'", path);
@@ -128,21 +142,29 @@ DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& 
   DatasetSlice s;
   s.path = path;
   s.total_samples = static_cast<std::int64_t>(dims[0]);
-  HPCTRAIN_REQUIRE(s.total_samples == part.total_samples,
-                   fmt::format("{}: holds {} samples, the partition was made for {}", where, s.total_samples,
-                               part.total_samples));
   s.features = 1;
   for (std::size_t i = 1; i < dims.size(); ++i) s.features *= static_cast<std::int64_t>(dims[i]);
   HPCTRAIN_REQUIRE(s.features > 0, where + ": a sample has 0 values");
-  s.first = part.first_sample;
-  s.rows = part.sample_count;
+  s.first = offset + local_first;
+  s.rows = rows;
   io::H5Type type(HPCTRAIN_CHECK_H5(H5Dget_type(samples.get()), where));
   const bool is_uint8 = H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 1;
   // Same default as io::DatasetReader: uint8 pixels mean v / 255 unless `scale` says otherwise.
   const double scale = io::h5_has_attribute(samples.get(), "scale")
                            ? io::h5_read_double_attribute(samples.get(), "scale", where)
                            : (is_uint8 ? 1.0 / 255.0 : 1.0);
-  s.samples = read_rows(samples.get(), s.first, s.rows, s.features, where);
+  io::DatasetInfo described;
+  described.path = path;
+  described.count = s.total_samples;
+  for (std::size_t i = 1; i < dims.size(); ++i) described.sample_shape.push_back(static_cast<std::int64_t>(dims[i]));
+  described.sample_size = s.features;
+  described.stored_type = is_uint8 ? io::SampleType::uint8 : io::SampleType::float32;
+  described.scale = scale;
+  if (io::h5_has_attribute(file.get(), "classes")) {
+    described.classes = static_cast<std::int32_t>(io::h5_read_int_attribute(file.get(), "classes", file_where));
+  }
+  check(described);
+  s.samples = read_rows(samples.get(), local_first, s.rows, s.features, where);
   for (std::size_t i = 0; i < s.samples.size(); ++i) {
     s.samples[i] *= scale;
     if (!std::isfinite(s.samples[i])) {
@@ -155,15 +177,79 @@ DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& 
   if (io::h5_has_attribute(file.get(), RegressionFormat::feature_names)) {
     s.feature_names = io::h5_read_string_array_attribute(file.get(), RegressionFormat::feature_names, file_where);
   }
-  if (columns.targets) read_targets(file.get(), file_where, s);
+  if (columns.targets) read_targets(file.get(), file_where, local_first, s);
   if (columns.labels) {
-    read_labels(file.get(), file_where, s);
+    read_labels(file.get(), file_where, local_first, s);
   } else if (columns.labels_if_present && io::h5_exists(file.get(), io::DatasetFormat::labels) &&
              io::h5_has_attribute(file.get(), "classes") &&
              io::h5_read_int_attribute(file.get(), "classes", file_where) >= 2) {
-    read_labels(file.get(), file_where, s);
+    read_labels(file.get(), file_where, local_first, s);
   }
   return s;
+}
+
+/// `piece` (the next rows) appended to `out`; the first piece also gives the columns' metadata.
+void append_piece(DatasetSlice& out, DatasetSlice&& piece, bool first_piece) {
+  if (first_piece) {
+    out.features = piece.features;
+    out.classes = piece.classes;
+    out.feature_names = std::move(piece.feature_names);
+  }
+  // s.classes is set only where labels were read: a shard read with labels after one without
+  // (or the other way round) differs here.
+  HPCTRAIN_REQUIRE(piece.classes == out.classes,
+                   fmt::format("data set '{}': labels read with `classes` {}, {} in the shard before it", piece.path,
+                               piece.classes, out.classes));
+  out.samples.insert(out.samples.end(), piece.samples.begin(), piece.samples.end());
+  out.targets.insert(out.targets.end(), piece.targets.begin(), piece.targets.end());
+  out.labels.insert(out.labels.end(), piece.labels.begin(), piece.labels.end());
+}
+
+/// This rank's slice of the sharded data set `dir`: the pieces of the shards overlapping it
+/// (io::shards_overlapping), each shard checked against the index before its rows are read,
+/// concatenated in order. A rank without samples reads 0 rows of the shard holding its start,
+/// so that every rank sees the same columns (labels present or not, classes, names).
+DatasetSlice read_sharded_slice(const std::string& dir, const SamplePartition& part, SliceColumns columns) {
+  const io::ShardIndex index = io::read_shard_index(dir);
+  HPCTRAIN_REQUIRE(index.info.count == part.total_samples,
+                   fmt::format("sharded data set '{}': holds {} samples, the partition was made for {}", dir,
+                               index.info.count, part.total_samples));
+  std::vector<io::ShardPiece> pieces = io::shards_overlapping(index, part.first_sample, part.sample_count);
+  if (pieces.empty()) {
+    const std::int64_t at = std::min(part.first_sample, index.info.count - 1);
+    std::size_t shard = 0;
+    while (index.shards[shard].first + index.shards[shard].count <= at) ++shard;
+    pieces.push_back({shard, 0, 0});
+  }
+  DatasetSlice out;
+  out.path = dir;
+  out.total_samples = index.info.count;
+  out.first = part.first_sample;
+  out.rows = part.sample_count;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const io::ShardPiece& p = pieces[k];
+    const io::ShardEntry& e = index.shards[p.shard];
+    std::error_code ec;
+    HPCTRAIN_REQUIRE(fs::is_regular_file(e.path, ec),
+                     fmt::format("sharded data set '{}': shard {} '{}': no such file (the index lists it)", dir,
+                                 p.shard, e.path));
+    DatasetSlice piece = read_file_rows(e.path, e.first, p.first, p.count, columns, [&](const io::DatasetInfo& opened) {
+      io::require_shard_matches(index, p.shard, opened, static_cast<std::int64_t>(fs::file_size(e.path)));
+    });
+    append_piece(out, std::move(piece), k == 0);
+  }
+  return out;
+}
+
+}  // namespace
+
+DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, SliceColumns columns) {
+  if (io::is_sharded_dataset(path)) return read_sharded_slice(path, part, columns);
+  return read_file_rows(path, 0, part.first_sample, part.sample_count, columns, [&](const io::DatasetInfo& opened) {
+    HPCTRAIN_REQUIRE(opened.count == part.total_samples,
+                     fmt::format("data set '{}' {}: holds {} samples, the partition was made for {}", path,
+                                 io::DatasetFormat::samples, opened.count, part.total_samples));
+  });
 }
 
 }  // namespace hpctrain::ml

@@ -179,4 +179,11 @@ class DatasetReader final : public SampleSource {
   std::unique_ptr<Direct> direct_;  ///< set when rows are read with pread (direct_reads)
 };
 
+/// The description of a data set file that has no /labels (regression data: /samples and
+/// /targets, `classes` 0 or absent): /samples checked as DatasetReader checks it (rank, uint8 or
+/// float32, finite scale) and the root attributes format_version, shape, count, source,
+/// class_names; info.classes = 0. DatasetReader cannot open such a file (it reads labels).
+/// Throws hpctrain::Error naming the file otherwise.
+DatasetInfo describe_unlabelled_dataset(const std::string& path);
+
 }  // namespace hpctrain::io

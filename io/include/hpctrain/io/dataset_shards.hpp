@@ -41,7 +41,23 @@ struct ShardEntry {
 struct ShardIndex {
   DatasetInfo info;
   std::vector<ShardEntry> shards;  ///< in order; contiguous, covering [0, info.count)
+  /// Every shard holds /targets (regression data, "targets": true in the index). A set with
+  /// targets may have no /labels: then info.classes is 0 (the index's "classes": 0).
+  bool targets = false;
+  std::vector<std::string> feature_names;  ///< the input's `feature_names`, when it had them
 };
+
+/// The part of one shard inside a range of global samples.
+struct ShardPiece {
+  std::size_t shard = 0;    ///< index into ShardIndex::shards
+  std::int64_t first = 0;   ///< the piece's first sample, counted from the shard's first
+  std::int64_t count = 0;   ///< samples of the piece (>= 1)
+};
+
+/// The shards overlapping the global samples [first, first + count), in order, each with the
+/// part of it inside the range; their counts add up to `count` (none when count is 0). Throws
+/// hpctrain::Error naming the set when the range is not inside [0, info.count).
+std::vector<ShardPiece> shards_overlapping(const ShardIndex& index, std::int64_t first, std::int64_t count);
 
 /// True when `path` is a directory holding an index.json.
 bool is_sharded_dataset(const std::string& path);
@@ -71,7 +87,9 @@ struct ShardResult {
 };
 
 /// Splits the data set file `in` into K shards of contiguous samples (sizes differing by at most
-/// one) under `out_dir`, copying the stored values (uint8 stays uint8) and the set's attributes.
+/// one) under `out_dir`, copying the stored values (uint8 stays uint8), /labels, /targets (float64,
+/// regression data) when present, and the set's attributes (feature_names included). A file
+/// without /labels must have /targets (hpctrain data import-csv --target writes such files).
 /// Written under a temporary directory name beside `out_dir`, every file fsync'ed, then renamed:
 /// `out_dir` either holds a complete sharded set or does not exist. `out_dir` must not exist.
 /// The same input and K give the same file bytes. Throws hpctrain::Error naming the file, option

@@ -42,8 +42,9 @@ struct DatasetSlice {
   std::string column_name(std::int64_t j) const;
 };
 
-/// Number of samples N of the data set at `path` (validated format); throws hpctrain::Error
-/// naming the file otherwise.
+/// Number of samples N of the data set at `path`, a file (validated format) or a sharded
+/// directory (its index's count; io/dataset_shards.hpp); throws hpctrain::Error naming the file
+/// otherwise.
 std::int64_t dataset_sample_count(const std::string& path);
 
 /// Which per-sample datasets besides /samples a fitter reads.
@@ -54,7 +55,12 @@ struct SliceColumns {
   bool labels_if_present = false;
 };
 
-/// Reads this rank's slice `part` of `path`. Every value must be finite: a NaN or Inf is an
+/// Reads this rank's slice `part` of `path`, a data set file or a sharded directory. A directory:
+/// only the shards overlapping the slice are opened (io::shards_overlapping), each checked against
+/// the index (io::require_shard_matches, a missing one refused by name) before its rows are read,
+/// and the pieces concatenated in order: the same values as the file's (`path` is the directory;
+/// feature_names and classes come from the shards). A rank without samples reads the metadata of
+/// the shard holding its start. Every value must be finite: a NaN or Inf is an
 /// error naming the sample's global index and the column. /targets, when asked for, must exist
 /// (an error saying so otherwise) and be finite too; /labels, when asked for, must exist with
 /// the root attribute `classes` >= 2 and every label in [0, classes).
