@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Throughput of training on a data set larger than memory, against the same training on a subset
-# held in memory (docs/data.md, "Out of core"). For each model: a synthetic float32 data set of
+# held in memory (docs/data.md, "Out of core"). For each model: a synthetic --dtype data set of
 # --factor x a memory cap is streamed by `hpctrain train` with both ranks and mpirun inside a
 # cgroup-v1 memory group limited to the cap (page cache included, so batches come from the disk
 # once the cache is full); then the first --subset samples, written as their own file, train
@@ -9,10 +9,12 @@
 #
 #   scripts/bench-out-of-core.sh [--build DIR] [--out DIR] [--cap-mib 512] [--factor 4.2]
 #       [--models "mlp cnn"] [--mlp-steps 3000] [--cnn-steps 300] [--subset 60000] [--repeats 2]
-#       [--ranks 2] [--shuffle-block 64]
+#       [--ranks 2] [--shuffle-block 64] [--dtype float32|uint8]
 #
 # --shuffle-block S (default 64; 1 = sample by sample) is passed to both sides: batches of S-sample
 # runs, which a disk serves far faster than scattered samples (docs/data.md).
+# --dtype (default float32, 3136 bytes a sample) or uint8 (784 bytes, as images are stored: the
+# same bytes on disk hold 4x the samples, so a step reads a quarter of the bytes).
 # Needs root and a writable cgroup v1 memory controller (/sys/fs/cgroup/memory). Writes one JSON
 # line per run and a Markdown table to --out (default results/out-of-core-<time>); prints the
 # table. Run it on a quiet machine (it prints the load before and after).
@@ -30,6 +32,7 @@ subset=60000
 repeats=2
 ranks=2
 shuffle_block=64
+dtype=float32
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -45,6 +48,7 @@ while [[ $# -gt 0 ]]; do
     --repeats) repeats=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --shuffle-block) shuffle_block=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench-out-of-core: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -63,12 +67,16 @@ trap cleanup EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-# float32 samples of 1x28x28: 3136 bytes each.
-samples=$(awk -v c="$cap_mib" -v f="$factor" 'BEGIN { printf "%d", c * 1048576 * f / 3136 }')
+case $dtype in
+  float32) sample_bytes=3136 ;;  # 1x28x28 float32
+  uint8) sample_bytes=784 ;;
+  *) echo "bench-out-of-core: --dtype '$dtype' is neither float32 nor uint8" >&2; exit 2 ;;
+esac
+samples=$(awk -v c="$cap_mib" -v f="$factor" -v b="$sample_bytes" 'BEGIN { printf "%d", c * 1048576 * f / b }')
 (( subset < samples )) || { echo "bench-out-of-core: --subset $subset is not below the $samples samples" >&2; exit 2; }
-echo "writing $samples float32 samples ($(( samples * 3136 / 1048576 )) MiB, ${factor}x the ${cap_mib} MiB cap) and a subset of $subset"
-"$hpctrain" data synth --samples "$samples" --shape 1,28,28 --dtype float32 --seed 3 --out "$work/big.h5"
-"$hpctrain" data synth --samples "$subset" --shape 1,28,28 --dtype float32 --seed 3 --out "$work/subset.h5"
+echo "writing $samples $dtype samples ($(( samples * sample_bytes / 1048576 )) MiB, ${factor}x the ${cap_mib} MiB cap) and a subset of $subset"
+"$hpctrain" data synth --samples "$samples" --shape 1,28,28 --dtype "$dtype" --seed 3 --out "$work/big.h5"
+"$hpctrain" data synth --samples "$subset" --shape 1,28,28 --dtype "$dtype" --seed 3 --out "$work/subset.h5"
 mkdir "$group"
 echo $(( cap_mib * 1048576 )) > "$group/memory.limit_in_bytes"
 
@@ -92,9 +100,9 @@ run() {
   summary=$(grep '"type":"summary"' "$metrics" | tail -1)
   rate=$(sed -E 's/.*"samples_per_s":([0-9.e+]+).*/\1/' <<<"$summary")
   rss=$(sed -E 's/.*"peak_rss_bytes":([0-9]+).*/\1/' <<<"$summary")
-  printf '{"model":"%s","side":"%s","repeat":%d,"steps":%d,"samples_per_s":%s,"peak_rss_bytes":%s,"data_samples":%d,"cap_mib":%d,"shuffle_block":%d}\n' \
+  printf '{"model":"%s","side":"%s","repeat":%d,"steps":%d,"samples_per_s":%s,"peak_rss_bytes":%s,"data_samples":%d,"cap_mib":%d,"shuffle_block":%d,"dtype":"%s"}\n' \
     "$model" "$side" "$rep" "$steps" "$rate" "$rss" "$([[ $side == streamed ]] && echo "$samples" || echo "$subset")" \
-    "$cap_mib" "$shuffle_block" | tee -a "$out/runs.jsonl"
+    "$cap_mib" "$shuffle_block" "$dtype" | tee -a "$out/runs.jsonl"
 }
 
 for model in $models; do
