@@ -336,6 +336,59 @@ def scenario_resume_asha():
     check_best(out, list(recs.values()))
 
 
+def scenario_resume_pbt():
+    """PBT at np 2 interrupted after an exploit, before the child finished, resumed: the child
+    keeps its parent, perturbed params and run, and (once its run had reported) goes on from its
+    own checkpoint."""
+    space = write_space("pbt.json", {"base": base(epochs=4, deterministic=True, **{"global-batch": 16}),
+                                     "search": {"lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
+    out = os.path.join(A.workdir, "out")
+    args = ("--max-trials", "4", "--scheduler", "pbt", "--pbt-quantile", "0.5", "--max-concurrent", "2")
+    proc = subprocess.Popen(sweep_cmd(2, space, out, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def child_mid_run():
+        try:
+            done = {r["trial"] for r in results(out)} if os.path.exists(os.path.join(out, "results.jsonl")) else set()
+            latest = {r["trial"]: r for r in journal(out)}
+            return any(t not in done and r["epochs"] < 4 and (r["segment"] >= 1 or r["decision"]["action"] == "exploit")
+                       for t, r in latest.items())
+        except (OSError, ValueError, KeyError):
+            return False
+
+    interrupt_when(proc, child_mid_run, "a PBT child could be interrupted mid-run")
+    done = {r["trial"] for r in results(out)} if os.path.exists(os.path.join(out, "results.jsonl")) else set()
+    pre = journal(out)
+    lineage = {}  # trial -> the exploits it acted on before the interruption
+    for r in pre:
+        d = r["decision"]
+        if d["action"] == "exploit" and not r["final"]:
+            lineage.setdefault(r["trial"], []).append((d["donor"], d["donor_epochs"], d["params"]))
+    cut = {t: e for t, e in lineage.items() if t not in done}
+    check(cut, f"no child interrupted: done {done}, lineage {lineage}")
+    run(2, space, out, *args, "--resume")
+    recs = check_records(out, 4, {"completed"}, 4)
+    check(len(results(out)) == 4, "a trial is recorded twice")
+    reports = journal(out)
+    check(reports[:len(pre)] == pre, "the journal before the interruption was rewritten")
+    keys = [(r["trial"], r["segment"], r["epochs"]) for r in reports]
+    check(len(keys) == len(set(keys)), f"an epoch result was journaled twice: {keys}")
+    by_trial = {r["trial"]: r for r in recs}
+    for t, exploits in cut.items():
+        r = by_trial[t]
+        ran = any(x["trial"] == t and x["segment"] == len(exploits) for x in pre)  # its run had reported
+        check(not ran or r.get("continued") is True, f"interrupted child {t} was not continued: {r}")
+        check([(x["donor"], x["epochs"]) for x in r["lineage"][:len(exploits)]] == [(d, e) for d, e, _ in exploits],
+              f"child {t}'s lineage {r['lineage']} lost its exploits before the interruption {exploits}")
+        first_after = [x for x in reports[len(pre):] if x["trial"] == t]
+        if first_after:  # its run goes on with the perturbed params, in the same run
+            check(first_after[0]["segment"] == len(exploits) and first_after[0]["params"] == exploits[-1][2],
+                  f"child {t} went on as {first_after[0]}, not run {len(exploits)} with {exploits[-1][2]}")
+        evals = [e["epoch"] for e in trial_metrics(out, t)[len(exploits)] if e["type"] == "eval"]
+        check(evals == sorted(set(evals)), f"child {t}'s run {len(exploits)} evaluated an epoch twice: {evals}")
+    check_children(out, recs)
+    check_best(out, recs)
+
+
 def scenario_bad_space():
     cases = {
         "unknown_distribution.json": ({"base": base(), "search": {"lr": {"gaussian": [0, 1]}}},
@@ -355,12 +408,8 @@ def scenario_bad_space():
         check(text.count(needle) == 1 and name in text, f"{name}: expected '{needle}' once, naming the file:\n{text}")
 
 
-def scenario_pbt():
-    space = write_space("pbt.json", {"base": base(epochs=3, deterministic=True), "search": {
-        "lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
-    out = os.path.join(A.workdir, "out")
-    run(2, space, out, "--max-trials", "4", "--scheduler", "pbt", "--pbt-quantile", "0.5", "--max-concurrent", "2")
-    recs = check_records(out, 4, {"completed"}, 3)
+def check_children(out, recs):
+    """PBT children: lineage against their runs, each run opening with its donor's metric."""
     children = [r for r in recs if "parent" in r]
     check(children, f"no trial exploited another: {recs}")
     for c in children:
@@ -376,6 +425,15 @@ def scenario_pbt():
                            if e["type"] == "eval" and e["epoch"] == first["epoch"]]
             check(any(e["accuracy"] == first["accuracy"] and e["loss"] == first["loss"] for e in donor_evals),
                   f"child {c['trial']}'s first metric {first} != parent {exploit['donor']}'s {donor_evals}")
+
+
+def scenario_pbt():
+    space = write_space("pbt.json", {"base": base(epochs=3, deterministic=True), "search": {
+        "lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
+    out = os.path.join(A.workdir, "out")
+    run(2, space, out, "--max-trials", "4", "--scheduler", "pbt", "--pbt-quantile", "0.5", "--max-concurrent", "2")
+    recs = check_records(out, 4, {"completed"}, 3)
+    check_children(out, recs)
     check_best(out, recs)
 
 

@@ -13,6 +13,15 @@ namespace hpctrain::sweep {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace {
+
+/// A trial's "continue" before any PBT exploit: its first run, with its drawn parameters.
+json first_run(const json& params) {
+  return {{"segment", 0}, {"params", params}, {"lineage", json::array()}, {"donor_checkpoint", ""}};
+}
+
+}  // namespace
+
 SweepLedger::SweepLedger(std::string out_dir, std::vector<json> trials, json identity,
                          std::unique_ptr<Scheduler> scheduler, int max_concurrent, bool resume)
     : out_dir_(std::move(out_dir)), trials_(std::move(trials)), scheduler_(std::move(scheduler)),
@@ -92,11 +101,7 @@ SweepLedger::Next SweepLedger::next(json* assignment) {
   *assignment = json{{"trial", next_}, {"params", trials_[static_cast<std::size_t>(next_)]}};
   if (resume_) {
     const auto run = runs_.find(next_);
-    (*assignment)["continue"] = run != runs_.end() ? run->second
-                                                   : json{{"segment", 0},
-                                                          {"params", (*assignment)["params"]},
-                                                          {"lineage", json::array()},
-                                                          {"donor_checkpoint", ""}};
+    (*assignment)["continue"] = run != runs_.end() ? run->second : first_run((*assignment)["params"]);
   }
   ++next_;
   ++running_;
@@ -148,10 +153,7 @@ json SweepLedger::decide(const json& result, const Decision& d) {
   decided_[{trial, result.value("segment", std::int64_t{0}), epochs}] = decision;
   // The run the trial is in: an exploit before the run's last epoch starts the next one.
   json& run = runs_[trial];
-  if (run.is_null()) {
-    run = {{"segment", 0}, {"params", trials_[static_cast<std::size_t>(trial)]}, {"lineage", json::array()},
-           {"donor_checkpoint", ""}};
-  }
+  if (run.is_null()) run = first_run(trials_[static_cast<std::size_t>(trial)]);
   if (decision["action"] == "exploit" && !result.value("final", false)) {
     run["segment"] = run["segment"].get<int>() + 1;
     run["params"] = decision["params"];
