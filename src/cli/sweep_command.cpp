@@ -97,8 +97,9 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& a) {
   s->add_option("--pbt-perturb", a.perturb, "PBT: the two factors a continuous parameter is multiplied by")
       ->capture_default_str();
   s->add_flag("--resume", o.resume,
-              "Continue the sweep in --out: trials recorded in results.jsonl are not run again (after SIGUSR1/SIGTERM, "
-              "exit 75)");
+              "Continue the sweep in --out (after SIGUSR1/SIGTERM, exit 75): trials recorded in results.jsonl are not "
+              "run again, reports.jsonl is replayed into the ASHA/PBT scheduler, interrupted trials go on from their "
+              "own last checkpoint");
   s->add_flag("--tensorboard", o.tensorboard, "TensorBoard event files per trial in trials/<n>/tensorboard");
   s->add_flag("--quiet", o.quiet, "Only errors");
   return s;

@@ -183,23 +183,15 @@ def scenario_failing_trial():
 
 
 def scenario_resume():
-    space = write_space("resume.json", {"base": base(epochs=3), "search": {"lr": {"uniform": [0.01, 0.1]}}, "seed": 2})
+    """--scheduler none with "deterministic": interrupted with a trial mid-way, resumed: each trial
+    once, finished ones untouched, and a trial continued from its checkpoint ends with the bytes
+    of the same training uninterrupted at another rank count."""
+    space = write_space("resume.json", {"base": base(epochs=3, deterministic=True),
+                                        "search": {"lr": {"uniform": [0.01, 0.1]}}, "seed": 2})
     out = os.path.join(A.workdir, "out")
     proc = subprocess.Popen(sweep_cmd(2, space, out, "--max-trials", "8"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    results_file = os.path.join(out, "results.jsonl")
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if os.path.exists(results_file) and len(open(results_file).read().splitlines()) >= 1:
-            break
-        time.sleep(0.05)
-    check(proc.poll() is None, "the sweep ended before it could be interrupted")
-    ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and
-             open(f"/proc/{p}/stat").read().split(") ")[1].split()[1] == str(proc.pid)]
-    for r in ranks:  # as Slurm does: SIGTERM to every task
-        os.kill(r, signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-    check(proc.returncode == 75, f"interrupted sweep exited {proc.returncode}, not 75\n{stdout}\n{stderr}")
+    interrupt_when(proc, lambda: mid_trial(out, 3), "a trial could be interrupted mid-way")
     done = {r["trial"] for r in results(out)}
     check(0 < len(done) < 8, f"after the interruption {len(done)} of 8 trials are recorded")
     mtimes = {t: os.path.getmtime(os.path.join(out, "trials", str(t), "metrics.jsonl")) for t in done}
@@ -210,6 +202,190 @@ def scenario_resume():
               f"trial {t}'s files were rewritten by --resume")
     recs = check_records(out, 8, {"completed"}, 3)
     check(len(recs) == 8, f"{len(recs)} records after resume, expected 8 (each trial once)")
+    check_best(out, recs)
+    continued = [r for r in recs if r.get("continued")]
+    check(continued, f"no trial was continued from its checkpoint: {recs}")
+    for r in continued:  # the same training uninterrupted, by `hpctrain train` at np 3
+        metrics = os.path.join(A.workdir, f"plain-{r['trial']}.jsonl")
+        cmd = [A.mpiexec, "-n", "3", "--oversubscribe", A.hpctrain, "train", "--data", A.data, "--eval-data", A.data,
+               "--epochs", "3", "--log-every", "0", "--deterministic", "--lr", str(r["params"]["lr"]),
+               "--global-batch", "64", "--metrics", metrics, "--quiet"]
+        subprocess.run(cmd, check=True, timeout=120)
+        plain = [json.loads(line) for line in open(metrics)][-1]["parameter_checksum"]
+        final = [e for e in trial_metrics(out, r["trial"])[-1] if e["type"] == "summary"][-1]["parameter_checksum"]
+        check(final == plain, f"continued trial {r['trial']} ends with {final}, uninterrupted training with {plain}")
+
+
+def mid_trial(out, epochs):
+    """A trial has finished, and another was told to continue after an epoch (< `epochs`), so it
+    has a whole epoch to train before it can finish."""
+    try:
+        done = {r["trial"] for r in results(out)}
+        latest = {r["trial"]: r for r in journal(out)}
+        return bool(done) and any(t not in done and r["epochs"] < epochs and r["decision"]["action"] == "continue"
+                                  for t, r in latest.items())
+    except (OSError, ValueError, KeyError):
+        return False
+
+def interrupt_when(proc, ready, what):
+    """SIGTERM to every rank of `proc` (as Slurm does) once ready() holds; the sweep must exit 75."""
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and not ready():
+        time.sleep(0.01)
+    check(proc.poll() is None, f"the sweep ended before {what}")
+    ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and
+             open(f"/proc/{p}/stat").read().split(") ")[1].split()[1] == str(proc.pid)]
+    for r in ranks:
+        os.kill(r, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    check(proc.returncode == 75, f"interrupted sweep exited {proc.returncode}, not 75\n{stdout}\n{stderr}")
+
+
+def journal(out):
+    """reports.jsonl's records in order (a line cut short by a kill is skipped, as --resume does)."""
+    recs = []
+    for line in open(os.path.join(out, "reports.jsonl")):
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            pass
+    return recs
+
+
+def asha_decisions(reports, rungs, rf):
+    """An independent ASHA (numpy percentile) fed the journal in order: (action, basis) per report."""
+    import numpy as np
+    recorded = {m: {} for m in rungs}
+    out = []
+    for r in reports:
+        decision = ("continue", {})
+        for m in reversed(rungs):
+            if r["epochs"] < m:
+                continue
+            if r["trial"] in recorded[m]:
+                break
+            s = float("nan") if r["metric"] is None else r["metric"]
+            scores = [v for v in recorded[m].values() if v == v]
+            cutoff = float(np.percentile(scores, (1 - 1 / rf) * 100)) if scores else None
+            stop = s != s or (cutoff is not None and s < cutoff)
+            decision = ("stop" if stop else "continue", {"rung": m, "rung_size": len(recorded[m]), "cutoff": cutoff})
+            recorded[m][r["trial"]] = s
+            break
+        out.append(decision)
+    return out
+
+
+def scenario_resume_asha():
+    """ASHA at np 2 interrupted with a trial mid-way, resumed: the scheduler's rungs and the
+    interrupted trials' progress survive the interruption."""
+    # Batch 16 (32 steps an epoch): an epoch lasts long enough for the SIGTERM to land within it.
+    space = write_space("asha.json", {"base": base(epochs=4, **{"global-batch": 16}),
+                                      "search": {"lr": {"loguniform": [0.003, 0.3]}}, "seed": 3})
+    out = os.path.join(A.workdir, "out")
+    args = ("--max-trials", "8", "--scheduler", "asha")
+    proc = subprocess.Popen(sweep_cmd(2, space, out, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    interrupt_when(proc, lambda: mid_trial(out, 4), "a trial could be interrupted mid-way")
+    before = {r["trial"]: r for r in results(out)}
+    pre = journal(out)
+    pre_epochs = {}
+    for r in pre:
+        pre_epochs.setdefault(r["trial"], []).append(r["epochs"])
+    cut = {t: e for t, e in pre_epochs.items() if t not in before}
+    check(cut and len(before) < 8, f"nothing interrupted mid-way: records {sorted(before)}, reports {pre_epochs}")
+    mtimes = {t: os.path.getmtime(os.path.join(out, "trials", str(t), "metrics.jsonl")) for t in before}
+    p = run(2, space, out, *args, "--resume")
+    print(p.stdout)
+    recs = {r["trial"]: r for r in check_records(out, 8, {"completed", "stopped"}, 4)}
+    check(len(results(out)) == 8, "a trial is recorded twice")
+    for t, r in before.items():  # completed trials are not rerun: their records and files stay
+        check(f"sweep: trial {t} on the group" not in p.stdout, f"--resume ran finished trial {t} again")
+        check(recs[t] == r, f"trial {t}'s record changed: {r} -> {recs[t]}")
+        check(os.path.getmtime(os.path.join(out, "trials", str(t), "metrics.jsonl")) == mtimes[t],
+              f"trial {t}'s files were rewritten by --resume")
+    reports = journal(out)
+    check(reports[:len(pre)] == pre, "the journal before the interruption was rewritten")
+    keys = [(r["trial"], r["segment"], r["epochs"]) for r in reports]
+    check(len(keys) == len(set(keys)), f"an epoch result was journaled twice: {keys}")
+    # Interrupted trials went on from their own checkpoint: no epoch they had reported runs
+    # again, their metrics file holds both runs' records with each epoch evaluated once.
+    for t, epochs in cut.items():
+        after = [r["epochs"] for r in reports[len(pre):] if r["trial"] == t]
+        check(recs[t].get("continued") is True, f"interrupted trial {t} was not continued: {recs[t]}")
+        check(not after or min(after) > max(epochs), f"trial {t} reported {epochs}, then again {after} after resume")
+        runs = trial_metrics(out, t)[0]
+        evals = [e["epoch"] for e in runs if e["type"] == "eval"]
+        check(evals == sorted(set(evals)) and evals[:len(epochs)] == [e - 1 for e in epochs],
+              f"trial {t}'s eval records {evals} (reported {epochs} before the interruption)")
+        check(sum(e["type"] == "summary" for e in runs) == 2, f"trial {t}: not two runs in its metrics file")
+    # Every decision, before and after the resume, is the one an ASHA fed the whole journal in
+    # order takes; and some decision after the resume stands on rung entries from before it.
+    model = asha_decisions(reports, [1, 2, 4], 2.0)
+    for r, (action, basis) in zip(reports, model):
+        got = r["decision"]
+        check(got["action"] == action and got["basis"].keys() == basis.keys() and
+              all(got["basis"][k] == basis[k] if k != "cutoff" or basis[k] is None else
+                  abs(got["basis"][k] - basis[k]) < 1e-12 for k in basis),
+              f"decision {got} on {r} differs from the reference ASHA's {action} {basis}")
+    pre_rungs = {}
+    for (action, basis) in model[:len(pre)]:
+        if basis:
+            pre_rungs[basis["rung"]] = pre_rungs.get(basis["rung"], 0) + 1
+    check(any(b and pre_rungs.get(b["rung"], 0) > 0 and b["rung_size"] >= pre_rungs[b["rung"]]
+              for (_, b) in model[len(pre):]), "no decision after the resume used a rung with earlier entries")
+    check_best(out, list(recs.values()))
+
+
+def scenario_resume_pbt():
+    """PBT at np 2 interrupted after an exploit, before the child finished, resumed: the child
+    keeps its parent, perturbed params and run, and (once its run had reported) goes on from its
+    own checkpoint."""
+    space = write_space("pbt.json", {"base": base(epochs=4, deterministic=True, **{"global-batch": 16}),
+                                     "search": {"lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
+    out = os.path.join(A.workdir, "out")
+    args = ("--max-trials", "4", "--scheduler", "pbt", "--pbt-quantile", "0.5", "--max-concurrent", "2")
+    proc = subprocess.Popen(sweep_cmd(2, space, out, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def child_mid_run():
+        try:
+            done = {r["trial"] for r in results(out)} if os.path.exists(os.path.join(out, "results.jsonl")) else set()
+            latest = {r["trial"]: r for r in journal(out)}
+            return any(t not in done and r["epochs"] < 4 and (r["segment"] >= 1 or r["decision"]["action"] == "exploit")
+                       for t, r in latest.items())
+        except (OSError, ValueError, KeyError):
+            return False
+
+    interrupt_when(proc, child_mid_run, "a PBT child could be interrupted mid-run")
+    done = {r["trial"] for r in results(out)} if os.path.exists(os.path.join(out, "results.jsonl")) else set()
+    pre = journal(out)
+    lineage = {}  # trial -> the exploits it acted on before the interruption
+    for r in pre:
+        d = r["decision"]
+        if d["action"] == "exploit" and not r["final"]:
+            lineage.setdefault(r["trial"], []).append((d["donor"], d["donor_epochs"], d["params"]))
+    cut = {t: e for t, e in lineage.items() if t not in done}
+    check(cut, f"no child interrupted: done {done}, lineage {lineage}")
+    run(2, space, out, *args, "--resume")
+    recs = check_records(out, 4, {"completed"}, 4)
+    check(len(results(out)) == 4, "a trial is recorded twice")
+    reports = journal(out)
+    check(reports[:len(pre)] == pre, "the journal before the interruption was rewritten")
+    keys = [(r["trial"], r["segment"], r["epochs"]) for r in reports]
+    check(len(keys) == len(set(keys)), f"an epoch result was journaled twice: {keys}")
+    by_trial = {r["trial"]: r for r in recs}
+    for t, exploits in cut.items():
+        r = by_trial[t]
+        ran = any(x["trial"] == t and x["segment"] == len(exploits) for x in pre)  # its run had reported
+        check(not ran or r.get("continued") is True, f"interrupted child {t} was not continued: {r}")
+        check([(x["donor"], x["epochs"]) for x in r["lineage"][:len(exploits)]] == [(d, e) for d, e, _ in exploits],
+              f"child {t}'s lineage {r['lineage']} lost its exploits before the interruption {exploits}")
+        first_after = [x for x in reports[len(pre):] if x["trial"] == t]
+        if first_after:  # its run goes on with the perturbed params, in the same run
+            check(first_after[0]["segment"] == len(exploits) and first_after[0]["params"] == exploits[-1][2],
+                  f"child {t} went on as {first_after[0]}, not run {len(exploits)} with {exploits[-1][2]}")
+        evals = [e["epoch"] for e in trial_metrics(out, t)[len(exploits)] if e["type"] == "eval"]
+        check(evals == sorted(set(evals)), f"child {t}'s run {len(exploits)} evaluated an epoch twice: {evals}")
+    check_children(out, recs)
     check_best(out, recs)
 
 
@@ -232,12 +408,8 @@ def scenario_bad_space():
         check(text.count(needle) == 1 and name in text, f"{name}: expected '{needle}' once, naming the file:\n{text}")
 
 
-def scenario_pbt():
-    space = write_space("pbt.json", {"base": base(epochs=3, deterministic=True), "search": {
-        "lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
-    out = os.path.join(A.workdir, "out")
-    run(2, space, out, "--max-trials", "4", "--scheduler", "pbt", "--pbt-quantile", "0.5", "--max-concurrent", "2")
-    recs = check_records(out, 4, {"completed"}, 3)
+def check_children(out, recs):
+    """PBT children: lineage against their runs, each run opening with its donor's metric."""
     children = [r for r in recs if "parent" in r]
     check(children, f"no trial exploited another: {recs}")
     for c in children:
@@ -253,6 +425,15 @@ def scenario_pbt():
                            if e["type"] == "eval" and e["epoch"] == first["epoch"]]
             check(any(e["accuracy"] == first["accuracy"] and e["loss"] == first["loss"] for e in donor_evals),
                   f"child {c['trial']}'s first metric {first} != parent {exploit['donor']}'s {donor_evals}")
+
+
+def scenario_pbt():
+    space = write_space("pbt.json", {"base": base(epochs=3, deterministic=True), "search": {
+        "lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
+    out = os.path.join(A.workdir, "out")
+    run(2, space, out, "--max-trials", "4", "--scheduler", "pbt", "--pbt-quantile", "0.5", "--max-concurrent", "2")
+    recs = check_records(out, 4, {"completed"}, 3)
+    check_children(out, recs)
     check_best(out, recs)
 
 

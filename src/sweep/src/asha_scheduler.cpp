@@ -40,11 +40,11 @@ Decision AshaScheduler::on_result(std::int64_t trial, std::int64_t epochs_done, 
     for (const auto& [t, v] : rung) {
       if (!std::isnan(v)) scores.push_back(v);
     }
-    if (std::isnan(s)) {
-      d.action = Decision::Action::stop;
-    } else if (!scores.empty() && s < percentile(scores, (1.0 - 1.0 / options_.reduction_factor) * 100.0)) {
-      d.action = Decision::Action::stop;
-    }
+    const double cutoff = scores.empty() ? NAN : percentile(scores, (1.0 - 1.0 / options_.reduction_factor) * 100.0);
+    if (std::isnan(s) || (!scores.empty() && s < cutoff)) d.action = Decision::Action::stop;
+    d.basis = {{"rung", milestones_[r]},
+               {"rung_size", static_cast<std::int64_t>(rung.size())},
+               {"cutoff", std::isnan(cutoff) ? nlohmann::json(nullptr) : nlohmann::json(cutoff)}};
     rung[trial] = s;
     break;
   }

@@ -44,6 +44,7 @@ Decision PbtScheduler::on_result(std::int64_t trial, std::int64_t epochs_done, d
   const auto size = static_cast<std::int64_t>(ranked.size());
   std::int64_t n = static_cast<std::int64_t>(std::ceil(static_cast<double>(size) * options_.quantile));
   n = std::min(n, size / 2);
+  d.basis = {{"population", size}, {"quantile_trials", n}};
   if (n == 0) return d;
   const bool bottom = std::any_of(ranked.begin(), ranked.begin() + n, [&](const auto& r) { return r.second == trial; });
   if (!bottom) return d;

@@ -5,8 +5,8 @@
 // leaders), so the coordinator thread and rank 0's own leader never take each other's
 // messages. The only file of the sweep that speaks MPI.
 //
-//   leader -> coordinator   kRequest  {"group"}                       reply kAssign: {"trial", "params"} | {"done": true}
-//   leader -> coordinator   kReport   {"trial", "epochs", "metric", "params", "checkpoint"}
+//   leader -> coordinator   kRequest  {"group"}                       reply kAssign: {"trial", "params"[, "continue"]} | {"done": true}
+//   leader -> coordinator   kReport   {"trial", "segment", "epochs", "final", "metric", "params", "checkpoint"}
 //                                                                     reply kDecision (SweepLedger::report)
 //   leader -> coordinator   kFinished the trial's record              no reply
 

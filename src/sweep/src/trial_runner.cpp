@@ -53,7 +53,9 @@ std::function<bool(std::int64_t, const train::EvalResult&)> epoch_hook(const Tri
     if (c.group.rank() == 0) {
       const double metric = metric_of(eval, c.sweep.metric);
       json report = {{"trial", trial},
+                     {"segment", segment.index},
                      {"epochs", epoch + 1},
+                     {"final", epoch + 1 >= epochs},
                      {"metric", std::isfinite(metric) ? json(metric) : json(nullptr)},
                      {"params", segment.params},
                      {"checkpoint", io::find_latest_checkpoint(checkpoint_dir, nullptr)}};
@@ -78,7 +80,10 @@ void copy_donor_checkpoint(const std::string& donor_step_dir, const std::string&
   io::atomic_write_file((fs::path(into) / "latest").string(), name + "\n");
 }
 
-train::TrainOptions segment_options(const TrialContext& c, const fs::path& trial_dir, const Segment& segment) {
+/// `continuing`: the segment goes on from its own checkpoint after `hpctrain sweep --resume`
+/// (appending to its metrics file) instead of starting as a new run.
+train::TrainOptions segment_options(const TrialContext& c, const fs::path& trial_dir, const Segment& segment,
+                                    bool continuing) {
   json merged = c.base;
   for (const auto& [key, value] : segment.params.items()) merged[key] = value;
   train::TrainOptions o = c.factory(merged, c.group);
@@ -90,11 +95,31 @@ train::TrainOptions segment_options(const TrialContext& c, const fs::path& trial
   o.checkpoint_every = steps_per_epoch(o);
   o.checkpoint_every_s = 0;
   o.keep = static_cast<int>(o.epochs + 1);  // PBT copies any epoch's checkpoint
-  o.resume = segment.index == 0 ? "none" : "auto";
-  o.overwrite_checkpoints = segment.index == 0;
-  o.evaluate_resumed = segment.index > 0;  // the copied checkpoint's metric opens the run's records
+  const bool fresh = segment.index == 0 && !continuing;
+  o.resume = fresh ? "none" : "auto";
+  o.overwrite_checkpoints = fresh;
+  o.evaluate_resumed = segment.index > 0 && !continuing;  // the copied checkpoint's metric opens the run's records
+  o.append_metrics = continuing;
   if (c.sweep.tensorboard) o.tensorboard_dir = (trial_dir / "tensorboard").string();
   return o;
+}
+
+/// Collective over the group, after `hpctrain sweep --resume`: whether the trial's run
+/// `segment` goes on from a checkpoint of its own. Rank 0 looks; when the run was a PBT child
+/// whose donor copy the interruption cut short, it copies the donor's checkpoint again.
+bool continue_run(const TrialContext& c, const fs::path& trial_dir, const Segment& segment, const json& run) {
+  std::string answer = "0";
+  if (c.group.rank() == 0) {
+    const std::string dir = segment.dir(trial_dir, "checkpoints");
+    const std::string donor = run.value("donor_checkpoint", std::string());
+    if (segment.index > 0 && io::find_latest_checkpoint(dir, nullptr).empty() && !donor.empty() && fs::exists(donor)) {
+      copy_donor_checkpoint(donor, dir);
+    }
+    std::error_code ec;
+    const bool has_metrics = fs::file_size(segment.dir(trial_dir, "metrics") + ".jsonl", ec) > 0 && !ec;
+    answer = !io::find_latest_checkpoint(dir, nullptr).empty() && has_metrics ? "1" : "0";
+  }
+  return coll::broadcast_string(c.group, answer) == "1";
 }
 
 }  // namespace
@@ -110,9 +135,10 @@ json run_trial(const TrialContext& c, const json& assignment) {
   const auto trial = assignment.at("trial").get<std::int64_t>();
   const fs::path trial_dir = fs::path(c.sweep.out_dir) / "trials" / std::to_string(trial);
   const auto start = std::chrono::steady_clock::now();
-  Segment segment{0, assignment.at("params")};
+  const json run = assignment.value("continue", json());  // --resume: the run the trial was in
+  Segment segment{run.is_object() ? run.at("segment").get<int>() : 0, run.is_object() ? run.at("params") : assignment.at("params")};
   json record = {{"trial", trial}};
-  json lineage = json::array();  // PBT: {"donor", "epochs"} of every exploit
+  json lineage = run.is_object() ? run.at("lineage") : json::array();  // PBT: {"donor", "epochs"} of every exploit
   train::TrainResult result;
   std::optional<io::TfEventsWriter> hparams;  // --tensorboard: the trial as an HParams session
   try {
@@ -122,9 +148,12 @@ json run_trial(const TrialContext& c, const json& assignment) {
       hparams->add_hparams_session_start(segment.params, std::to_string(trial));
     }
     c.group.barrier();
+    bool continuing = run.is_object() && continue_run(c, trial_dir, segment, run);
+    if (continuing) record["continued"] = true;
     for (;;) {
       EpochOutcome outcome;
-      train::TrainOptions o = segment_options(c, trial_dir, segment);
+      train::TrainOptions o = segment_options(c, trial_dir, segment, continuing);
+      continuing = false;
       o.after_epoch = epoch_hook(c, trial, segment, o.checkpoint_dir, o.epochs, outcome);
       result = train::run_training(o, c.group);
       if (result.preempted || !outcome.exploit) {

@@ -37,7 +37,7 @@ ProgressReport::ProgressReport(const TrainOptions& options, coll::Communicator& 
     : options_(options), comm_(comm), schedule_(schedule), total_steps_(total_steps),
       chatty_(comm.rank() == 0 && !options.quiet) {
   if (comm.rank() == 0 && !options.metrics_path.empty()) {
-    metrics_.open(options.metrics_path);
+    metrics_.open(options.metrics_path, options.append_metrics ? std::ios::app : std::ios::trunc);
     HPCTRAIN_REQUIRE(metrics_.good(), "--metrics: cannot write '" + options.metrics_path + "'");
   }
   if (comm.rank() == 0 && !options.tensorboard_dir.empty()) {

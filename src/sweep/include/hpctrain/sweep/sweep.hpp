@@ -12,7 +12,8 @@
 /// group (non-finite loss, a bad parameter combination) is recorded as failed with its error
 /// and the sweep goes on. SIGUSR1/SIGTERM: running trials checkpoint and stop, no new trial
 /// starts, finished trials stay in results.jsonl, and the sweep returns train::kExitRequeue;
-/// `--resume` then runs only the trials without a record (an interrupted one from its start).
+/// `--resume` then replays reports.jsonl into the scheduler (SweepLedger), runs only the trials
+/// without a record, and an interrupted one goes on from its own last checkpoint.
 ///
 /// Determinism: trial parameters are a function of (SPACE.json, --seed); with --deterministic
 /// in `base` and --scheduler none every trial's results are the same bytes at any P and K.

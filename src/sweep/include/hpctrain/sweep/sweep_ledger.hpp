@@ -3,9 +3,16 @@
 /// The coordinator's book of a sweep (world rank 0): which trials wait, run and have finished,
 /// the scheduler's decisions on their epoch results, and the files that record them
 /// (results.jsonl, one line per finished trial, appended and flushed as each finishes;
-/// reports.jsonl, one line per epoch result with the seconds since the sweep started; and
-/// sweep-state.json, the trial list a --resume must match). MPI-free: the message loop that
-/// feeds it lives in sweep_coordinator.cpp.
+/// reports.jsonl, one line per epoch result with the seconds since the sweep started and the
+/// decision taken on it; and sweep-state.json, the trial list a --resume must match).
+/// MPI-free: the message loop that feeds it lives in sweep_coordinator.cpp.
+///
+/// reports.jsonl is the scheduler's journal: on --resume its records (in order; a line cut short
+/// by a kill is skipped) are replayed into a fresh scheduler (Scheduler::replay), which must
+/// reach the journaled decision on each (else the resume is refused: other scheduler flags).
+/// The donors' checkpoints, each trial's PBT exploits and a trial's decided epochs come back
+/// with it: an epoch result (trial, run, epochs) already in the journal gets its journaled
+/// decision again.
 
 #include <chrono>
 #include <cstdint>
@@ -14,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,10 +46,16 @@ class SweepLedger {
 
   enum class Next { assign, wait, done };
   /// The next trial to hand out ({"trial", "params"}), or wait (the concurrency limit), or done.
+  /// After --resume a trial without a record also gets "continue": {"segment", "params",
+  /// "lineage", "donor_checkpoint"}: the run it was in (0, or k after k PBT exploits), that
+  /// run's parameters, its exploits so far ([{"donor", "epochs"}]) and the last exploit's donor
+  /// checkpoint, so that it goes on from its own checkpoint (trial_runner.cpp).
   Next next(nlohmann::json* assignment);
-  /// A running trial's epoch result {"trial", "epochs", "metric", "params", "checkpoint"}:
-  /// the decision {"action": "continue"|"stop"|"exploit", and for exploit "donor",
-  /// "donor_epochs", "donor_checkpoint", "params"}.
+  /// A running trial's epoch result {"trial", "segment", "epochs", "metric", "params",
+  /// "checkpoint", "final"} ("segment": the trial's run, 0 or k after k exploits; "final": the
+  /// run's last epoch, where a stop or an exploit changes nothing):
+  /// the decision {"action": "continue"|"stop"|"exploit", "basis" (Decision::basis), and for
+  /// exploit "donor", "donor_epochs", "donor_checkpoint", "params"}.
   nlohmann::json report(const nlohmann::json& result);
   /// A trial's record (status completed, stopped, failed or interrupted).
   void finished(const nlohmann::json& record);
@@ -56,6 +70,10 @@ class SweepLedger {
 
  private:
   void load_previous(const nlohmann::json& identity);
+  void replay_journal(const std::string& path);
+  /// The decision on `decision` for `result` (the scheduler's, an exploit without a donor
+  /// checkpoint turned into continue), noted in the books.
+  nlohmann::json decide(const nlohmann::json& result, const Decision& decision);
   std::string out_dir_;
   std::vector<nlohmann::json> trials_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -65,7 +83,11 @@ class SweepLedger {
   bool stopping_ = false;
   std::int64_t interrupted_ = 0;
   std::map<std::int64_t, nlohmann::json> records_;
+  bool resume_ = false;
   std::map<std::int64_t, std::map<std::int64_t, std::string>> checkpoints_;  ///< trial -> epochs -> step dir
+  /// (trial, run, epochs) -> decision; a trial's run k is the one after its k-th PBT exploit.
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, nlohmann::json> decided_;
+  std::map<std::int64_t, nlohmann::json> runs_;  ///< trial -> its "continue" (see next())
   std::ofstream results_, reports_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

@@ -87,6 +87,9 @@ struct TrainOptions {
   /// A run resumed at an epoch boundary first evaluates the parameters it loaded (an eval
   /// record for the checkpoint's epoch; a PBT child's starting point). Needs eval data.
   bool evaluate_resumed = false;
+  /// Append to metrics_path instead of rewriting it (a sweep trial continued from its own
+  /// checkpoint after `hpctrain sweep --resume` keeps the records of its earlier run).
+  bool append_metrics = false;
 
   // Checkpoints (io/checkpoint.hpp) and preemption (preemption.hpp).
   std::string checkpoint_dir;          ///< empty = no checkpoints, no preemption handling
