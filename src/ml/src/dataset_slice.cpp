@@ -194,6 +194,11 @@ void append_piece(DatasetSlice& out, DatasetSlice&& piece, bool first_piece) {
     out.features = piece.features;
     out.classes = piece.classes;
     out.feature_names = std::move(piece.feature_names);
+    // A slice inside one shard (the usual case) keeps the piece's rows without a copy.
+    out.samples = std::move(piece.samples);
+    out.targets = std::move(piece.targets);
+    out.labels = std::move(piece.labels);
+    return;
   }
   // s.classes is set only where labels were read: a shard read with labels after one without
   // (or the other way round) differs here.
@@ -216,10 +221,9 @@ DatasetSlice read_sharded_slice(const std::string& dir, const SamplePartition& p
                                index.info.count, part.total_samples));
   std::vector<io::ShardPiece> pieces = io::shards_overlapping(index, part.first_sample, part.sample_count);
   if (pieces.empty()) {
-    const std::int64_t at = std::min(part.first_sample, index.info.count - 1);
-    std::size_t shard = 0;
-    while (index.shards[shard].first + index.shards[shard].count <= at) ++shard;
-    pieces.push_back({shard, 0, 0});
+    // No rows here: the shard holding this rank's start (or the last sample), read for 0 rows.
+    pieces = io::shards_overlapping(index, std::min(part.first_sample, index.info.count - 1), 1);
+    pieces.front().count = 0;
   }
   DatasetSlice out;
   out.path = dir;
