@@ -73,7 +73,6 @@ std::unique_ptr<Sequential<T>> build_mlp(const json& config) {
   auto model = std::make_unique<Sequential<T>>(c.input_shape);
   if (c.input_shape.size() > 1) model->add(std::make_unique<Flatten<T>>());
   add_dense_head(*model, c, core::shape_size(c.input_shape));
-  model->finalize(c.seed);
   return model;
 }
 
@@ -114,7 +113,6 @@ std::unique_ptr<Sequential<T>> build_cnn(const json& config) {
   }
   model->add(std::make_unique<Flatten<T>>());
   add_dense_head(*model, c, core::shape_size(model->output_shape()));
-  model->finalize(c.seed);
   return model;
 }
 
@@ -151,8 +149,10 @@ void register_model(const std::string& name, ModelFactory<T> factory) {
   r.factories[name] = std::move(factory);
 }
 
+std::uint64_t model_seed(const nlohmann::json& config) { return config.value("seed", std::uint64_t{0}); }
+
 template <class T>
-std::unique_ptr<Sequential<T>> build_model(const nlohmann::json& config) {
+std::unique_ptr<Sequential<T>> plan_model(const nlohmann::json& config) {
   HPCTRAIN_REQUIRE(config.is_object() && config.contains("name") && config["name"].is_string(),
                    "model config needs a string \"name\"");
   const std::string name = config["name"].get<std::string>();
@@ -175,7 +175,13 @@ std::unique_ptr<Sequential<T>> build_model(const nlohmann::json& config) {
     HPCTRAIN_FAIL("model config for '" + name + "': " + e.what());
   }
   HPCTRAIN_REQUIRE(model != nullptr, "factory of model '" + name + "' returned nothing");
-  if (!model->finalized()) model->finalize(config.value("seed", std::uint64_t{0}));
+  return model;
+}
+
+template <class T>
+std::unique_ptr<Sequential<T>> build_model(const nlohmann::json& config) {
+  std::unique_ptr<Sequential<T>> model = plan_model<T>(config);
+  if (!model->finalized()) model->finalize(model_seed(config));
   return model;
 }
 
@@ -191,6 +197,7 @@ std::vector<std::string> registered_models() {
 #define HPCTRAIN_INSTANTIATE(T)                                                  \
   template void register_model<T>(const std::string&, ModelFactory<T>);         \
   template std::unique_ptr<Sequential<T>> build_model<T>(const nlohmann::json&); \
+  template std::unique_ptr<Sequential<T>> plan_model<T>(const nlohmann::json&);  \
   template std::vector<std::string> registered_models<T>();
 
 HPCTRAIN_INSTANTIATE(float)

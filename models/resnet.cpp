@@ -82,7 +82,6 @@ std::unique_ptr<Sequential<T>> build_resnet(const nlohmann::json& config) {
   model->add(std::make_unique<GlobalAvgPool2D<T>>());
   // The classifier feeds the softmax, not a ReLU: PyTorch's Linear default (fan-in uniform).
   model->add(std::make_unique<Dense<T>>(c.channels.back(), c.classes, core::Init::fan_in_uniform));
-  model->finalize(c.seed);
   return model;
 }
 

@@ -25,6 +25,15 @@ Sequential<T>& Sequential<T>::add(std::unique_ptr<Layer<T>> layer) {
 }
 
 template <class T>
+std::int64_t Sequential<T>::planned_parameter_count() const {
+  std::int64_t total = 0;
+  for (const auto& layer : layers_) {
+    for (const ParameterSpec& spec : layer->parameter_specs()) total += core::shape_size(spec.shape);
+  }
+  return total;
+}
+
+template <class T>
 void Sequential<T>::finalize(std::uint64_t seed) {
   HPCTRAIN_REQUIRE(!finalized_, "model finalized twice");
   HPCTRAIN_REQUIRE(!layers_.empty(), "a model needs at least one layer");

@@ -70,7 +70,6 @@ std::unique_ptr<Sequential<T>> build_transformer(const nlohmann::json& config) {
   model->add(std::make_unique<LayerNorm<T>>(c.dim));
   model->add(std::make_unique<SelectToken<T>>(0));
   model->add(std::make_unique<Dense<T>>(c.dim, c.classes, core::Init::fan_in_uniform));
-  model->finalize(c.seed);
   return model;
 }
 

@@ -6,7 +6,12 @@
 # --budget-s seconds. See docs/sweeps.md for the figures measured.
 #
 #   scripts/compare-ray-tune.sh [--trials 8] [--epochs 4] [--target 0.85] [--budget-s 30]
-#                               [--cpus C] [--repeats 1] [--out DIR]
+#                               [--cpus C] [--repeats 1] [--draws same|own] [--out DIR]
+#
+# --draws same (default): Ray evaluates the trial parameters hpctrain's sweep drew, in the same
+# order (BasicVariantGenerator's points_to_evaluate), so the two sides run the same trials and
+# the time to the target compares the systems, not the luck of 8 random draws. --draws own: Ray
+# samples the space with its own random generator (the protocol of the first measurements).
 #
 # Venvs (created with pip on first use): PyTorch in ${HPCTRAIN_TORCH_VENV:-build/peer-venv}
 # (the one scripts/compare-torch.sh makes: torch==2.15.0 h5py numpy; several GB), Ray in
@@ -19,7 +24,7 @@ set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HPCTRAIN_BUILD_DIR:-$root/build}
-trials=8 epochs=4 target=0.85 budget=30 cpus=$(getconf _NPROCESSORS_ONLN) repeats=1 out=""
+trials=8 epochs=4 target=0.85 budget=30 cpus=$(getconf _NPROCESSORS_ONLN) repeats=1 out="" draws=same
 while (($#)); do
   case $1 in
     --trials) trials=$2; shift 2 ;;
@@ -28,10 +33,12 @@ while (($#)); do
     --budget-s) budget=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
+    --draws) draws=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "compare-ray-tune: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+[[ $draws == same || $draws == own ]] || { echo "compare-ray-tune: --draws must be same or own, got '$draws'" >&2; exit 2; }
 out=${out:-$root/results/compare-ray-tune-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 export HPCTRAIN_DATA_DIR=${HPCTRAIN_DATA_DIR:-$build/data}
@@ -62,14 +69,21 @@ mpirun=(mpirun -n "$cpus" --oversubscribe)
 "$hpctrain" data import-idx --help > /dev/null  # the binary is there
 now() { date +%s.%N; }
 echo "compare-ray-tune: $trials trials x $epochs epochs, ASHA grace 1 rf 2, $cpus CPUs, target $target," \
-     "budget $budget s; load $(cut -d' ' -f1-3 /proc/loadavg)"
+     "budget $budget s, draws $draws; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((i = 1; i <= repeats; i++)); do
   rm -rf "$out/hpctrain-$i" "$out/ray-storage-$i"
   t0=$(now)
   "${mpirun[@]}" "$hpctrain" sweep --space "$out/space.json" --ranks-per-trial 1 --scheduler asha \
     --asha-grace-epochs 1 --asha-reduction-factor 2 --max-trials "$trials" --out "$out/hpctrain-$i" --quiet
   t1=$(now)
-  "$ray_venv/bin/python" "$root/benchmarks/peers/ray_tune_asha.py" --space "$out/space.json" \
+  points=()
+  if [[ $draws == same ]]; then  # hpctrain's draws, in trial order
+    /usr/bin/python3 -c 'import json, sys
+records = sorted((json.loads(line) for line in open(sys.argv[1])), key=lambda r: r["trial"])
+json.dump([r["params"] for r in records], open(sys.argv[2], "w"))' "$out/hpctrain-$i/results.jsonl" "$out/points-$i.json"
+    points=(--points "$out/points-$i.json")
+  fi
+  "$ray_venv/bin/python" "$root/benchmarks/peers/ray_tune_asha.py" --space "$out/space.json" "${points[@]}" \
     --train "$HPCTRAIN_DATA_DIR/fashion-mnist-train.h5" --test "$HPCTRAIN_DATA_DIR/fashion-mnist-test.h5" \
     --trials "$trials" --cpus "$cpus" --grace 1 --reduction-factor 2 --storage "$out/ray-storage-$i" \
     > "$out/ray-$i.json"

@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--grace", type=int, default=1)
     ap.add_argument("--reduction-factor", type=float, default=2)
     ap.add_argument("--storage", required=True)
+    ap.add_argument("--points", help="JSON list of trial parameter dicts to evaluate, in order (hpctrain's draws); "
+                                     "the space is sampled only beyond them")
     a = ap.parse_args()
     spec = json.load(open(a.space))
     base = spec.get("base", {})
@@ -92,8 +94,13 @@ def main():
     ray.init(num_cpus=a.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
     scheduler = ASHAScheduler(time_attr="training_iteration", metric="test_accuracy", mode="max", max_t=epochs,
                               grace_period=a.grace, reduction_factor=a.reduction_factor)
+    search_alg = None
+    if a.points:
+        points = [{k.replace("_", "-"): v for k, v in p.items()} for p in json.load(open(a.points))]
+        search_alg = tune.search.BasicVariantGenerator(points_to_evaluate=points, max_concurrent=a.cpus)
     tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": 1}), param_space=space,
-                       tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=a.trials),
+                       tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=a.trials,
+                                                   search_alg=search_alg),
                        run_config=tune.RunConfig(storage_path=os.path.abspath(a.storage), verbose=0))
     fit_start = time.time()
     grid = tuner.fit()

@@ -107,6 +107,13 @@ void add_model_data_optimizer_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--weight-decay", o.weight_decay, "Weight decay (L2 for sgd, decoupled for adamw)")
       ->capture_default_str();
   train.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm (0: off)")->capture_default_str();
+  train.add_option("--skip-nonfinite-steps", o.skip_nonfinite_steps,
+                   "Skip up to this many optimiser steps whose loss or summed gradient holds a NaN or an infinity: "
+                   "the update is not applied (parameters, optimiser state and batch-norm statistics stay as they "
+                   "were; the step still counts for the schedule), each one is printed and recorded in --metrics; "
+                   "one more stops the run. 0: the first one stops it")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
   train.add_option("--schedule", a.schedule, "LR schedule: constant, step or cosine")->capture_default_str();
   train.add_option("--warmup-steps", o.schedule.warmup_steps, "Linear LR warm-up steps")->capture_default_str();
   train.add_option("--step-size", o.schedule.step_size, "step schedule: steps between decays")->capture_default_str();

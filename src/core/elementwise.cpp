@@ -232,6 +232,15 @@ void axpy(T alpha, const Vec<T>& x, const Vec<T>& y) {
 }
 
 template <class T>
+std::int64_t count_nonfinite(const Vec<T>& v) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "hpctrain::count_nonfinite", Range(0, static_cast<std::int64_t>(v.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& sum) { sum += (v(i) - v(i)) == T(0) ? 0 : 1; }, bad);
+  return bad;
+}
+
+template <class T>
 void set_zero(const Vec<T>& v) {
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
     ExecSpace().fence();
@@ -253,7 +262,8 @@ void set_zero(const Vec<T>& v) {
                                  const Vec<T>&);                                            \
   template void axpy<T>(T, const Vec<T>&, const Vec<T>&);                                   \
   template void add<T>(const Vec<T>&, const Vec<T>&, bool, const Vec<T>&);                  \
-  template void set_zero<T>(const Vec<T>&);
+  template void set_zero<T>(const Vec<T>&);                                                 \
+  template std::int64_t count_nonfinite<T>(const Vec<T>&);
 
 HPCTRAIN_INSTANTIATE(float)
 HPCTRAIN_INSTANTIATE(double)

@@ -34,6 +34,20 @@ expect_one_error() {  # REGEX
   ! printf '%s\n' "$out" | grep -Eq 'rank [0-9]+: rank [0-9]+:' || fail "the rank is named twice"
 }
 train=("$mpiexec" -n 2 --oversubscribe "$hpctrain" train --data "$data" --no-eval --global-batch 32)
+# Every checkpoint committed under DIR (h5py) holds finite numbers only, and there is one.
+expect_finite_checkpoints() {  # DIR
+  "$python" - "$1" <<'PY' || fail "no checkpoint, or a committed checkpoint holds non-finite numbers"
+import glob, sys, h5py, numpy as np
+shards = glob.glob(sys.argv[1] + "/step-*/shard-*.h5")
+assert shards, "no checkpoint was committed"
+for path in shards:
+    with h5py.File(path, "r") as f:
+        bad = []
+        f.visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and not np.isfinite(o[()]).all() else None)
+        assert not bad, f"{path}: non-finite {bad}"
+print(f"{len(shards)} shards, all finite")
+PY
+}
 
 # Sends SIGNAL (default STOP) to rank RANK of the run started with HPCTRAIN_TEST_RUN=$work once
 # it has printed a progress line into LOG (a stopped rank is SIGKILLed by the job's abort).
@@ -93,17 +107,7 @@ case $scenario in
     run 60 "${train[@]}" --lr 1e6 --max-steps 20 --log-every 1 --checkpoint-dir "$work/ck" --checkpoint-every 1
     [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1"
     expect_one_error "^hpctrain: error: rank 0: step [0-9]+: the training loss is not finite on rank [01]( \(-?nan\)| \(-?inf\))?; stopped before applying the step"
-    "$python" - "$work/ck" <<'PY' || fail "a committed checkpoint holds non-finite numbers"
-import glob, sys, h5py, numpy as np
-shards = glob.glob(sys.argv[1] + "/step-*/shard-*.h5")
-assert shards, "no checkpoint was committed"
-for path in shards:
-    with h5py.File(path, "r") as f:
-        bad = []
-        f.visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and not np.isfinite(o[()]).all() else None)
-        assert not bad, f"{path}: non-finite {bad}"
-print(f"{len(shards)} shards, all finite")
-PY
+    expect_finite_checkpoints "$work/ck"
     ;;
   nan_sample | nan_scale)
     # A float32 data set with NaN in some samples, or a NaN `scale` attribute: refused naming
@@ -132,6 +136,67 @@ PY
     else
       expect_one_error "^hpctrain: error: rank 0: data set '$bad' /samples: attribute 'scale' is nan, not a finite number"
     fi
+    ;;
+  nonfinite_skip)
+    # One poisoned sample (every element 3e38, finite but overflowing the first layer) makes one
+    # step per epoch non-finite. Without --skip-nonfinite-steps the run stops naming that step S;
+    # with it the step is skipped and counted, the run ends with finite parameters, and
+    # --deterministic keeps the same bytes at np 1, 3 and with zero1 (np 2). The skipped step
+    # applied nothing: S steps with the skip end on the bytes of S - 1 steps without it.
+    bad=$work/poisoned.h5
+    "$python" - "$data" "$bad" <<'PY' || fail "could not make the poisoned data set"
+import shutil, sys, h5py, numpy as np
+src, dst = sys.argv[1:]
+shutil.copy(src, dst)
+with h5py.File(dst, "r+") as f:
+    x = f["samples"][()].astype(np.float32) / 255.0
+    attrs = dict(f["samples"].attrs)
+    del f["samples"]
+    x[100] = 3e38
+    ds = f.create_dataset("samples", data=x)
+    for k, v in attrs.items():
+        if k != "scale":
+            ds.attrs[k] = v
+    ds.attrs["scale"] = 1.0
+PY
+    # Which of the two checks fires depends on the kernels (here: a finite loss, an infinite
+    # gradient); either stops the step.
+    cause="(the training loss is not finite|the summed gradient holds a NaN or an infinity)"
+    det=(--data "$bad" --no-eval --global-batch 32 --deterministic --log-every 4)
+    checksum() { printf '%s\n' "$out" | grep -o 'final parameter checksum xxh3:[0-9a-f]*' | cut -d: -f2; }
+    run 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train "${det[@]}" --epochs 1
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1 without --skip-nonfinite-steps"
+    expect_one_error "^hpctrain: error: rank 0: step [0-9]+: $cause on rank [01].*stopped before applying the step.*--skip-nonfinite-steps"
+    step=$(printf '%s\n' "$out" | grep '^hpctrain: error:' | sed -E 's/.*: step ([0-9]+): .*/\1/')
+    [[ $step -ge 2 ]] || fail "the poisoned step is step $step: the checks below need one before it"
+    run 60 "$mpiexec" -n 1 "$hpctrain" train "${det[@]}" --epochs 1 --skip-nonfinite-steps 1 --metrics "$work/m1.jsonl" \
+      --checkpoint-dir "$work/ck" --checkpoint-every 4
+    [[ $rc -eq 0 ]] || fail "exit status $rc with --skip-nonfinite-steps 1"
+    expect_output "hpctrain: warning: step $step: $cause on rank 0( \((-?nan|-?inf)\)| \(the loss is finite\))?; step skipped \(1 of at most 1"
+    expect_output "skipped 1 non-finite step"
+    np1=$(checksum)
+    "$python" - "$work/m1.jsonl" "$step" <<'PY' || fail "the metrics do not record the skipped step"
+import json, sys
+records = [json.loads(l) for l in open(sys.argv[1])]
+skipped = [r for r in records if r["type"] == "skipped_step"]
+assert [r["step"] for r in skipped] == [int(sys.argv[2])], skipped
+assert records[-1]["type"] == "summary" and records[-1]["skipped_steps"] == 1, records[-1]
+print(f"skipped step {skipped[0]['step']} recorded")
+PY
+    expect_finite_checkpoints "$work/ck"
+    run 90 "$mpiexec" -n 3 --oversubscribe "$hpctrain" train "${det[@]}" --epochs 1 --skip-nonfinite-steps 1
+    [[ $rc -eq 0 && $(checksum) == "$np1" ]] || fail "np 3 ($(checksum)) differs from np 1 ($np1)"
+    run 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train "${det[@]}" --epochs 1 --skip-nonfinite-steps 1 --strategy zero1
+    [[ $rc -eq 0 && $(checksum) == "$np1" ]] || fail "zero1 at np 2 ($(checksum)) differs from ddp at np 1 ($np1)"
+    run 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train "${det[@]}" --epochs 1 --max-steps $((step - 1))
+    before=$(checksum)
+    run 60 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train "${det[@]}" --epochs 1 --max-steps "$step" --skip-nonfinite-steps 1
+    [[ $rc -eq 0 && -n $before && $(checksum) == "$before" ]] ||
+      fail "the skipped step changed the parameters ($(checksum) after it, $before before it)"
+    # Two epochs hold the poisoned sample twice: one skip allowed, the second stops the run.
+    run 90 "$mpiexec" -n 2 --oversubscribe "$hpctrain" train "${det[@]}" --epochs 2 --skip-nonfinite-steps 1
+    [[ $rc -eq 1 ]] || fail "exit status $rc, expected 1 at the second non-finite step"
+    expect_one_error "^hpctrain: error: rank 0: step [0-9]+: $cause .*--skip-nonfinite-steps 1 skipped 1 already"
     ;;
   checkpoint_dir_in_use)
     # Run A trains into ck; run B, started meanwhile on ck, is refused naming A's lock; A's
@@ -216,7 +281,21 @@ PY
     expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated [0-9.]+ [GTP]iB of memory per rank \(parameters [0-9.]+ MiB, .*convolution workspace [0-9.]+ [GTP]iB \(portable\).*batch 1024 per rank\), [0-9.]+ [GTP]iB for the 2 ranks on this node, more than the [0-9.]+ [MGT]iB available on this node \((MemAvailable in /proc/meminfo|cgroup limit .*)"
     run 60 env HPCTRAIN_MEMORY_AVAILABLE_BYTES=1048576 "${train[@]}" --max-steps 1
     [[ $rc -eq 1 ]] || fail "small memory: exit status $rc, expected 1"
-    expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated .* more than the [0-9.]+ MiB available on this node \(HPCTRAIN_MEMORY_AVAILABLE_BYTES, plus the"
+    expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated .* more than the [0-9.]+ MiB available on this node \(HPCTRAIN_MEMORY_AVAILABLE_BYTES\): it would be killed"
+    # A model whose parameters alone (70.4 M, 268.4 MiB per buffer) exceed the 64 MiB available is
+    # refused before they are allocated: the peak RSS of the run stays below one such buffer
+    # (one rank started without mpirun, so that its own peak reaches the parent's rusage; the
+    # same model given the memory it needs peaks at 1150 MiB).
+    printf '{"name": "mlp", "hidden": [8000, 8000]}\n' > "$work/wide.json"
+    run 60 env HPCTRAIN_MEMORY_AVAILABLE_BYTES=67108864 "$python" -c '
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[1:])
+print(f"peak child RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024} MiB")
+sys.exit(rc)' "$hpctrain" train --data "$data" --no-eval --model "$work/wide.json" --max-steps 1
+    [[ $rc -eq 1 ]] || fail "wide model: exit status $rc, expected 1"
+    expect_one_error "^hpctrain: error: rank 0: this training run needs an estimated .*\(parameters 268\.4 MiB, gradients 268\.4 MiB"
+    rss=$(printf '%s\n' "$out" | sed -nE 's/^peak child RSS ([0-9]+) MiB$/\1/p')
+    [[ -n $rss && $rss -lt 268 ]] || fail "peak RSS ${rss:-?} MiB: the parameters were allocated before the check"
     ;;
   memory_bench_sizes)
     # Benchmark sizes beyond the memory available are refused before anything is allocated.

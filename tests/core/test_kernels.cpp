@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 namespace hpctrain::core {
 namespace {
@@ -83,6 +85,31 @@ TEST(Activations, FloatGeluOnEveryBackendMatchesFloat64) {
 
 TEST(Activations, ReluBackwardMatchesFiniteDifferences) { check_activation_gradient(false); }
 TEST(Activations, GeluBackwardMatchesFiniteDifferences) { check_activation_gradient(true); }
+
+template <class T>
+void check_count_nonfinite() {
+  using L = std::numeric_limits<T>;
+  // Every finite extreme counts as finite; NaN (quiet, signalling, negative) and +-inf do not.
+  const std::vector<T> finite = {T(0), -T(0), L::max(), L::lowest(), L::min(), L::denorm_min(), -L::denorm_min(),
+                                 T(1e30), T(-3)};
+  const auto a = tensor_from_host<T>("finite", {static_cast<std::int64_t>(finite.size())}, finite);
+  EXPECT_EQ(count_nonfinite(a.data), 0);
+  std::vector<T> mixed(1000, T(0.5));
+  mixed[0] = L::infinity();
+  mixed[17] = -L::infinity();
+  mixed[500] = L::quiet_NaN();
+  mixed[998] = -L::quiet_NaN();
+  mixed[999] = L::signaling_NaN();
+  const auto b = tensor_from_host<T>("mixed", {1000}, mixed);
+  EXPECT_EQ(count_nonfinite(b.data), 5);
+  const auto empty = tensor_from_host<T>("empty", {0}, {});
+  EXPECT_EQ(count_nonfinite(empty.data), 0);
+}
+
+TEST(Finiteness, CountsNanAndInfinitiesOnly) {
+  check_count_nonfinite<float>();
+  check_count_nonfinite<double>();
+}
 
 TEST(Bias, AddAndAccumulate) {
   const auto y = tensor_from_host<double>("y", {2, 3}, {1, 2, 3, 4, 5, 6});

@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
+#include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/train/trainer.hpp"
 #include "training_fixture.hpp"
 
@@ -44,6 +46,33 @@ train::TrainOptions base_options() {
 }
 
 const auto* kokkos_env = ::testing::AddGlobalTestEnvironment(new hpctrain::testing::KokkosDataEnvironment(&data_dir));
+
+TEST(FiniteGuard, NamesTheLowestRankWhoseLossOrGradientIsNotFinite) {
+  coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
+  const int last = comm.size() - 1;
+  core::Vec<float> gradient("gradient", 257);
+  Kokkos::deep_copy(gradient, 0.25f);
+  // All finite: one all-reduce says so on every rank.
+  EXPECT_TRUE(train::check_finite_step(comm, 0.5, gradient).finite());
+  // An infinity in the last rank's part of the gradient (a shard under ZeRO), every loss finite.
+  if (comm.rank() == last) Kokkos::deep_copy(Kokkos::subview(gradient, 200), std::numeric_limits<float>::infinity());
+  train::StepFiniteness f = train::check_finite_step(comm, 0.5, gradient);
+  EXPECT_FALSE(f.finite());
+  EXPECT_EQ(f.loss_rank, -1);
+  EXPECT_EQ(f.gradient_rank, last);
+  EXPECT_EQ(f.describe(7, comm.rank(), 0.5),
+            "step 7: the summed gradient holds a NaN or an infinity on rank " + std::to_string(last) +
+                " (the loss is finite)");
+  // A NaN loss on every rank from 1 on (or rank 0 alone at np 1): the lowest is named, its value on its own rank.
+  const double loss = comm.rank() >= std::min(1, last) ? std::nan("") : 0.5;
+  f = train::check_finite_step(comm, loss, gradient);
+  EXPECT_EQ(f.loss_rank, std::min(1, last));
+  EXPECT_EQ(f.gradient_rank, last);
+  const std::string text = f.describe(3, comm.rank(), loss);
+  EXPECT_EQ(text.rfind("step 3: the training loss is not finite on rank " + std::to_string(std::min(1, last)), 0), 0u)
+      << text;
+  EXPECT_EQ(text.find("(nan)") != std::string::npos, comm.rank() == std::min(1, last)) << text;
+}
 
 TEST(Training, MlpLearnsFashionMnistSubset) {
   coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));

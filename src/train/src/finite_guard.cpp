@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/elementwise.hpp"
 
 namespace hpctrain::train {
 
@@ -45,18 +46,34 @@ void validate_numeric_options(const TrainOptions& o) {
   HPCTRAIN_REQUIRE(o.normalize_std > 0, "--normalize-std must be positive, got " + number(o.normalize_std));
 }
 
-void require_finite_step_loss(coll::Communicator& comm, double my_loss, std::int64_t step) {
-  // The lowest rank whose loss is not finite, or size() when all are: one all-reduce (min).
-  int first_bad = std::isfinite(my_loss) ? comm.size() : comm.rank();
-  comm.allreduce(&first_bad, 1, coll::ReduceOp::min);
-  if (first_bad == comm.size()) return;
-  const std::string what = "step " + std::to_string(step) + ": the training loss is not finite on rank " +
-                           std::to_string(first_bad) +
-                           (first_bad == comm.rank() ? " (" + number(my_loss) + ")" : std::string()) +
-                           "; stopped before applying the step (nothing non-finite is checkpointed). Lower --lr, "
-                           "or set --clip-norm";
-  if (comm.rank() == 0) throw Error(what, __FILE__, __LINE__);
-  throw PeerReportedError(what, __FILE__, __LINE__);
+std::string StepFiniteness::describe(std::int64_t step, int my_rank, double my_loss) const {
+  const std::string at = "step " + std::to_string(step) + ": ";
+  if (loss_rank >= 0) {
+    return at + "the training loss is not finite on rank " + std::to_string(loss_rank) +
+           (loss_rank == my_rank ? " (" + number(my_loss) + ")" : std::string());
+  }
+  return at + "the summed gradient holds a NaN or an infinity on rank " + std::to_string(gradient_rank) +
+         " (the loss is finite)";
+}
+
+StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, const core::Vec<float>& gradient) {
+  // The lowest rank with a non-finite loss share, and with a non-finite gradient part, or
+  // size() for none: one all-reduce (min) of two ints.
+  int first_bad[2] = {std::isfinite(my_loss) ? comm.size() : comm.rank(),
+                      core::count_nonfinite(gradient) == 0 ? comm.size() : comm.rank()};
+  comm.allreduce(first_bad, 2, coll::ReduceOp::min);
+  StepFiniteness f;
+  if (first_bad[0] < comm.size()) f.loss_rank = first_bad[0];
+  if (first_bad[1] < comm.size()) f.gradient_rank = first_bad[1];
+  return f;
+}
+
+void throw_nonfinite_step(coll::Communicator& comm, const std::string& what) {
+  const std::string message = what +
+                              "; stopped before applying the step (nothing non-finite is checkpointed). Lower --lr, "
+                              "set --clip-norm, or let --skip-nonfinite-steps N skip up to N such steps";
+  if (comm.rank() == 0) throw Error(message, __FILE__, __LINE__);
+  throw PeerReportedError(message, __FILE__, __LINE__);
 }
 
 void require_finite_parameters(const float* params, std::size_t count, std::int64_t step) {

@@ -92,22 +92,18 @@ void require_memory_fits(coll::Communicator& comm, const MemoryEstimate& estimat
   const io::AvailableMemory available = io::available_memory();
   const auto ranks = static_cast<std::uint64_t>(std::max(ranks_on_node, 1));
   const std::uint64_t need = ranks * estimate.total();
-  // The parameters and gradients exist already: what they took is no longer "available".
-  const std::uint64_t held = ranks * (estimate.parameters + estimate.gradients);
-  const bool fits = !available.known() || need <= available.bytes + held;
+  const bool fits = !available.known() || need <= available.bytes;
   std::int64_t first_failing = fits ? comm.size() : comm.rank();
   comm.allreduce(&first_failing, 1, coll::ReduceOp::min);
   if (first_failing == comm.size()) return;
   const std::string message = fmt::format(
       "this training run needs an estimated {} of memory per rank ({}){}, more than the {} available on this node "
-      "({}{}): it would be killed by the kernel's OOM killer. Reduce --global-batch, the model's size (kernel, "
+      "({}): it would be killed by the kernel's OOM killer. Reduce --global-batch, the model's size (kernel, "
       "channels, hidden) or the ranks per node",
       io::format_bytes(static_cast<double>(estimate.total())), estimate.breakdown(),
       ranks > 1 ? fmt::format(", {} for the {} ranks on this node", io::format_bytes(static_cast<double>(need)), ranks)
                 : std::string(),
-      io::format_bytes(static_cast<double>(available.bytes + held)), available.source,
-      held > 0 ? fmt::format(", plus the {} the parameters and gradients already hold", io::format_bytes(static_cast<double>(held)))
-               : std::string());
+      io::format_bytes(static_cast<double>(available.bytes)), available.source);
   if (comm.rank() == first_failing) HPCTRAIN_FAIL(message);
   throw PeerReportedError("rank " + std::to_string(first_failing) + " refused the run: not enough memory", __FILE__,
                           __LINE__);

@@ -140,6 +140,24 @@ void ProgressReport::after_eval(std::int64_t step, std::int64_t epoch, const Eva
   }
 }
 
+void ProgressReport::after_skipped_step(std::int64_t step, std::int64_t epoch, const std::string& cause,
+                                        std::int64_t skipped) {
+  if (comm_.rank() != 0) return;
+  // A warning, printed even with --quiet: the run goes on without this step's update.
+  std::fprintf(stderr, "hpctrain: warning: %s; step skipped (%lld of at most %lld: --skip-nonfinite-steps)\n",
+               cause.c_str(), static_cast<long long>(skipped), static_cast<long long>(options_.skip_nonfinite_steps));
+  std::fflush(stderr);
+  if (metrics_.is_open()) {
+    metrics_ << nlohmann::json{{"type", "skipped_step"}, {"step", step},       {"epoch", epoch},
+                               {"cause", cause},         {"skipped", skipped}}
+                    .dump()
+             << "\n";
+    metrics_.flush();
+    require_written(metrics_, "--metrics", options_.metrics_path);
+  }
+  if (tensorboard_) tensorboard_->add_scalar("train/skipped_steps", step, static_cast<double>(skipped));
+}
+
 void ProgressReport::print_summary(const TrainResult& r) {
   if (metrics_.is_open()) {
     metrics_ << nlohmann::json{{"type", "summary"}, {"ranks", comm_.size()}, {"global_batch", options_.global_batch},
@@ -147,6 +165,7 @@ void ProgressReport::print_summary(const TrainResult& r) {
                                {"compute_s", r.compute_s}, {"comm_exposed_s", r.comm_exposed_s},
                                {"data_wait_s", r.data_wait_s}, {"parameter_checksum", r.parameter_checksum},
                                {"preempted", r.preempted}, {"eval_accuracy", r.eval.accuracy},
+                               {"skipped_steps", r.skipped_steps},
                                {"strategy", options_.strategy}, {"grad_dtype", options_.grad_dtype},
                                {"optimizer_state_bytes", r.memory.optimizer_state_bytes},
                                {"gradient_bytes", r.memory.gradient_bytes},
@@ -161,6 +180,10 @@ void ProgressReport::print_summary(const TrainResult& r) {
               static_cast<long long>(r.steps), r.seconds, r.samples_per_s,
               static_cast<long long>(options_.warmup_steps_for_throughput), r.compute_s, r.comm_exposed_s,
               r.data_wait_s);
+  if (r.skipped_steps > 0) {
+    std::printf("hpctrain: skipped %lld non-finite step(s) (--skip-nonfinite-steps %lld)\n",
+                static_cast<long long>(r.skipped_steps), static_cast<long long>(options_.skip_nonfinite_steps));
+  }
   std::printf("hpctrain: final parameter checksum xxh3:%016llx (%lld parameters)\n",
               static_cast<unsigned long long>(r.parameter_checksum), static_cast<long long>(r.parameter_count));
   std::fflush(stdout);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <string>
 
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/io/tfevents_writer.hpp"
@@ -46,6 +47,10 @@ class ProgressReport {
   /// Collective on the steps that print a progress line (every --log-every, and the last).
   void after_step(std::int64_t step, std::int64_t epoch, double loss_share, std::int64_t samples,
                   Clock::time_point step_end, const TimeTotals& times);
+  /// Optimiser step `step` (from 1) of `epoch` was skipped, the `skipped`-th time, for `cause`
+  /// (a non-finite loss or gradient): a warning on rank 0's stderr (even with --quiet), a
+  /// `skipped_step` record in --metrics, a TensorBoard scalar.
+  void after_skipped_step(std::int64_t step, std::int64_t epoch, const std::string& cause, std::int64_t skipped);
   void after_eval(std::int64_t step, std::int64_t epoch, const EvalResult& eval);
   /// The `done` and checksum lines and the metrics summary.
   void print_summary(const TrainResult& result);

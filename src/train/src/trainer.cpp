@@ -150,10 +150,11 @@ class BlasThreadsOverride {
   int previous_ = 0, now_ = 0;
 };
 
-/// The model `o.model` describes, checked against the data sets' sample shape and classes.
-std::unique_ptr<models::Sequential<float>> build_checked_model(const TrainOptions& o, const io::DatasetReader& train,
-                                                               const std::optional<io::DatasetReader>& eval) {
-  auto model = models::build_model<float>(o.model);
+/// The model `o.model` describes, checked against the data sets' sample shape and classes, not
+/// yet finalised (models::plan_model): its parameters are allocated after the memory check.
+std::unique_ptr<models::Sequential<float>> plan_checked_model(const TrainOptions& o, const io::DatasetReader& train,
+                                                              const std::optional<io::DatasetReader>& eval) {
+  auto model = models::plan_model<float>(o.model);
   const auto classes = static_cast<std::int32_t>(model->output_shape().back());
   train.require_compatible(model->input_shape(), classes);
   if (eval) eval->require_compatible(model->input_shape(), classes);
@@ -239,7 +240,11 @@ struct TrainingLoop {
       times.compute_s += seconds(t_compute, Clock::now());
     }
     times.comm_exposed_s += sync.finish_step();
-    require_finite_step_loss(comm, sync.step_loss(), step + 1);  // before the step is applied
+    if (!step_is_finite(epoch)) {  // skipped: nothing applied, the schedule moves on
+      ++step;
+      throughput.after_step(step, s.samples(), Clock::now());
+      return end;
+    }
     const auto t_optimizer = Clock::now();
     const double gather_s = sync.apply(optimizer, schedule.at(step), o.clip_norm);
     const auto t_end = Clock::now();
@@ -250,6 +255,24 @@ struct TrainingLoop {
     throughput.after_step(step, s.samples(), t_end);
     report.after_step(step, epoch, sync.step_loss(), s.samples(), t_end, times);
     return end;
+  }
+
+  /// Collective, before step `step + 1` is applied: whether its loss and summed gradient are
+  /// finite on every rank. When not, it is skipped (printed, recorded, counted) while
+  /// --skip-nonfinite-steps allows, and stops the run otherwise.
+  bool step_is_finite(std::int64_t epoch) {
+    const StepFiniteness f = check_finite_step(comm, sync.step_loss(), sync.summed_gradient());
+    if (f.finite()) return true;
+    const std::string what = f.describe(step + 1, comm.rank(), sync.step_loss());
+    if (result.skipped_steps >= o.skip_nonfinite_steps) {
+      throw_nonfinite_step(comm, o.skip_nonfinite_steps == 0
+                                     ? what
+                                     : what + " (--skip-nonfinite-steps " + std::to_string(o.skip_nonfinite_steps) +
+                                           " skipped " + std::to_string(result.skipped_steps) + " already)");
+    }
+    ++result.skipped_steps;
+    report.after_skipped_step(step + 1, epoch, what, result.skipped_steps);
+    return false;
   }
 
   io::Batch next_batch(io::Prefetcher& prefetch, std::int64_t epoch, bool record) {
@@ -295,6 +318,7 @@ struct TrainingLoop {
     result.data_wait_s = times.data_wait_s;
     result.final_train_loss = report.last_train_loss();
     result.checkpoints_written = checkpoints.checkpoints_written();
+    // result.skipped_steps: counted by step_is_finite
     result.parameter_count = model.parameter_count();
     const std::vector<float> params = core::to_host(model.parameter_buffer());
     result.parameter_checksum = parameter_checksum(params.data(), params.size());
@@ -326,13 +350,14 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   const io::DatasetReader reader(o.data, read_options);
   std::optional<io::DatasetReader> eval_reader;
   if (!o.eval_data.empty()) eval_reader.emplace(o.eval_data, read_options);
-  const auto model = build_checked_model(o, reader, eval_reader);
+  const auto model = plan_checked_model(o, reader, eval_reader);
   MemoryEstimate memory = estimate_training_memory(*model, o, comm.size(), eval_reader.has_value());
   const int ranks_on_node = compute_threads().ranks_on_node;
   const bool hold_in_memory = training_split_fits_in_memory(o, reader.info(), memory, ranks_on_node);
   if (hold_in_memory) memory.data += io::InMemoryDataset::bytes_needed(reader.info());
-  // Before the first batch allocates activations and convolution workspace.
+  // Before anything large is allocated: the parameters and gradients, activations, workspace.
   require_memory_fits(comm, memory, ranks_on_node);
+  if (!model->finalized()) model->finalize(models::model_seed(o.model));
   std::optional<io::InMemoryDataset> in_memory;
   if (hold_in_memory) in_memory.emplace(reader);
   const io::SampleSource& train_source = in_memory ? static_cast<const io::SampleSource&>(*in_memory) : reader;

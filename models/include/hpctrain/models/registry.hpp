@@ -34,9 +34,20 @@ using ModelFactory = std::function<std::unique_ptr<Sequential<T>>(const nlohmann
 template <class T>
 void register_model(const std::string& name, ModelFactory<T> factory);
 
-/// Builds, finalises and initialises the model named by config["name"].
+/// Builds, finalises and initialises the model named by config["name"]: plan_model, then
+/// Sequential::finalize(model_seed(config)).
 template <class T>
 std::unique_ptr<Sequential<T>> build_model(const nlohmann::json& config);
+
+/// The model named by config["name"] with its layers but, unless its factory finalised it
+/// itself, no parameter buffers yet: its shapes and parameter_count() are known, so the memory
+/// a run needs can be checked before the parameters are allocated; finalize(model_seed(config))
+/// then makes it what build_model returns. (The builtin factories leave models unfinalised.)
+template <class T>
+std::unique_ptr<Sequential<T>> plan_model(const nlohmann::json& config);
+
+/// The parameter initialisation seed of a model config ("seed", default 0).
+std::uint64_t model_seed(const nlohmann::json& config);
 
 /// Names of the registered models for scalar type T, sorted.
 template <class T>

@@ -79,7 +79,10 @@ class Sequential {
   const core::Vec<T>& parameter_buffer() const { return params_; }
   const core::Vec<T>& gradient_buffer() const { return grads_; }
   const std::vector<ParameterInfo>& parameter_info() const { return info_; }
-  std::int64_t parameter_count() const { return static_cast<std::int64_t>(params_.extent(0)); }
+  /// Entries of the parameter buffer; before finalize(), what it will allocate.
+  std::int64_t parameter_count() const {
+    return finalized_ ? static_cast<std::int64_t>(params_.extent(0)) : planned_parameter_count();
+  }
   /// Views into the buffers, named as in parameter_info().
   std::vector<NamedTensor<T>> parameters() const { return named_views(params_); }
   std::vector<NamedTensor<T>> gradients() const { return named_views(grads_); }
@@ -92,6 +95,7 @@ class Sequential {
   std::string summary() const;
 
  private:
+  std::int64_t planned_parameter_count() const;
   std::vector<NamedTensor<T>> named_views(const core::Vec<T>& buffer) const;
 
   Shape input_shape_;

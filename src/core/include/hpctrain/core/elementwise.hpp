@@ -58,6 +58,11 @@ void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per
 template <class T>
 void set_zero(const Vec<T>& v);
 
+/// The number of elements of v that are NaN or infinite (x - x is 0 exactly when x is finite:
+/// one vectorisable pass, no branches, on any backend).
+template <class T>
+std::int64_t count_nonfinite(const Vec<T>& v);
+
 /// y = alpha * x + y.
 template <class T>
 void axpy(T alpha, const Vec<T>& x, const Vec<T>& y);

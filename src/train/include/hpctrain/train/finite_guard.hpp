@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/core/tensor.hpp"
 #include "hpctrain/train/trainer.hpp"
 
 namespace hpctrain::train {
@@ -17,12 +19,25 @@ namespace hpctrain::train {
 /// option shows: --min-lr above --lr, --step-size below 1, --normalize-std not positive.
 void validate_numeric_options(const TrainOptions& o);
 
-/// Collective, once per optimiser step, before the step is applied: every rank passes its own
-/// share of the step's loss; when it is not finite on any rank, every rank throws (rank 0 an
-/// Error naming `step` and the first such rank, the others PeerReportedError), so no
-/// non-finite update is applied and nothing non-finite is checkpointed after it. Costs one
-/// all-reduce of one int.
-void require_finite_step_loss(coll::Communicator& comm, double my_loss, std::int64_t step);
+/// Where a step's numbers stopped being finite (check_finite_step).
+struct StepFiniteness {
+  int loss_rank = -1;      ///< the lowest rank whose share of the step's loss is NaN or infinite; -1: none
+  int gradient_rank = -1;  ///< the lowest rank whose part of the summed gradient holds one; -1: none
+  bool finite() const noexcept { return loss_rank < 0 && gradient_rank < 0; }
+  /// "step S: the training loss is not finite on rank R (nan)" or "... the summed gradient
+  /// holds a NaN or an infinity on rank R (the loss is finite)"; `my_loss` is named on its rank.
+  std::string describe(std::int64_t step, int my_rank, double my_loss) const;
+};
+
+/// Collective, once per optimiser step, after finish_step() and before the step is applied:
+/// every rank passes its own share of the step's loss and the part of the summed gradient it
+/// holds (GradientSync::summed_gradient); every rank learns whether any of them is non-finite.
+/// Costs one pass over `gradient` (a vectorised exponent test) and one all-reduce of two ints.
+StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, const core::Vec<float>& gradient);
+
+/// Throws on every rank (rank 0 an Error, the others PeerReportedError, so the cause is printed
+/// once) with `what` and the advice that goes with a non-finite step.
+[[noreturn]] void throw_nonfinite_step(coll::Communicator& comm, const std::string& what);
 
 /// Throws naming `step` and the first bad index when `params[0, count)` holds a NaN or an
 /// infinity (before a checkpoint commits them). Replicated parameters are identical on every

@@ -4,7 +4,8 @@
 /// refuses a run which would not fit (instead of meeting the kernel's OOM killer mid-step).
 ///
 /// What is counted, per rank (float32 everywhere):
-///   parameters, gradients   4 B per parameter each (allocated when the model is built)
+///   parameters, gradients   4 B per parameter each (allocated after this check: the model is
+///                           planned, models::plan_model, and finalised once the run fits)
 ///   optimiser state         SGD with momentum: 4 B per parameter; AdamW: 8 B; ZeRO (zero1,
 ///                           zero2): divided over the ranks. --deterministic adds the exact sum's
 ///                           fixed-point accumulator, 8 B per parameter.
@@ -51,8 +52,8 @@ MemoryEstimate estimate_training_memory(models::Sequential<float>& model, const 
                                         bool with_eval);
 
 /// Collective: every rank checks that `ranks_on_node` x `estimate` fits in what its node (or
-/// cgroup) has available (io::available_memory), counting the parameters and gradients the
-/// ranks hold already as available. When one does not fit, every rank throws; the lowest such
+/// cgroup) has available (io::available_memory), before the parameters are allocated. When one
+/// does not fit, every rank throws; the lowest such
 /// rank's message (estimate, breakdown, what is available and where that figure comes from)
 /// is the one printed. Nothing is refused when the available memory cannot be read.
 void require_memory_fits(coll::Communicator& comm, const MemoryEstimate& estimate, int ranks_on_node);

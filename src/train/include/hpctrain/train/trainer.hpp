@@ -40,6 +40,9 @@ struct TrainOptions {
   bool nesterov = false;
   double weight_decay = 0.0;
   double clip_norm = 0.0;  ///< 0 = no clipping
+  /// Optimiser steps whose loss or summed gradient is NaN or infinite that the run skips (the
+  /// update is not applied; counted in TrainResult::skipped_steps) before one more stops it.
+  std::int64_t skip_nonfinite_steps = 0;
   LrSchedule schedule;      ///< base_lr is set from lr (after scaling)
   LrScaling lr_scaling = LrScaling::none;
   std::int64_t lr_reference_batch = 128;
@@ -125,6 +128,7 @@ struct TrainResult {
   std::vector<float> parameters;  ///< final parameters when TrainOptions::keep_parameters
   std::string resumed_from;       ///< step directory the run started from ("" = fresh)
   std::int64_t checkpoints_written = 0;
+  std::int64_t skipped_steps = 0;  ///< non-finite steps skipped (TrainOptions::skip_nonfinite_steps)
   bool preempted = false;  ///< stopped on SIGUSR1/SIGTERM after checkpointing (exit kExitRequeue)
   bool stopped_early = false;  ///< TrainOptions::after_epoch returned false
   MemoryUse memory;        ///< max over ranks (the --metrics summary's *_bytes)
