@@ -229,12 +229,26 @@ def mid_trial(out, epochs):
 
 def interrupt_when(proc, ready, what):
     """SIGTERM to every rank of `proc` (as Slurm does) once ready() holds; the sweep must exit 75."""
+    def children():
+        found = []
+        for p in os.listdir("/proc"):
+            try:
+                if p.isdigit() and open(f"/proc/{p}/stat").read().split(") ")[1].split()[1] == str(proc.pid):
+                    found.append(int(p))
+            except (OSError, IndexError):
+                pass  # a process that ended while the list was read
+        return found
+    # The ranks are listed while waiting (a scan of /proc takes longer than an epoch of the small
+    # test trials on a loaded machine), so the signal follows ready() at once.
     deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and not ready():
+    ranks, scanned = [], 0.0
+    while time.time() < deadline and proc.poll() is None:
+        if time.time() - scanned > 0.5:
+            ranks, scanned = children(), time.time()
+        if ranks and ready():
+            break
         time.sleep(0.01)
     check(proc.poll() is None, f"the sweep ended before {what}")
-    ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and
-             open(f"/proc/{p}/stat").read().split(") ")[1].split()[1] == str(proc.pid)]
     for r in ranks:
         os.kill(r, signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)

@@ -108,8 +108,9 @@ train::TrainOptions segment_options(const TrialContext& c, const fs::path& trial
 /// `segment` goes on from a checkpoint of its own. Rank 0 looks; when the run was a PBT child
 /// whose donor copy the interruption cut short, it copies the donor's checkpoint again.
 bool continue_run(const TrialContext& c, const fs::path& trial_dir, const Segment& segment, const json& run) {
-  std::string answer = "0";
-  if (c.group.rank() == 0) {
+  int answer = 0;
+  // A failed donor copy on rank 0 reaches every rank of the group (printed once), not a wait.
+  coll::rank0_decides(c.group, [&] {
     const std::string dir = segment.dir(trial_dir, "checkpoints");
     const std::string donor = run.value("donor_checkpoint", std::string());
     if (segment.index > 0 && io::find_latest_checkpoint(dir, nullptr).empty() && !donor.empty() && fs::exists(donor)) {
@@ -117,9 +118,10 @@ bool continue_run(const TrialContext& c, const fs::path& trial_dir, const Segmen
     }
     std::error_code ec;
     const bool has_metrics = fs::file_size(segment.dir(trial_dir, "metrics") + ".jsonl", ec) > 0 && !ec;
-    answer = !io::find_latest_checkpoint(dir, nullptr).empty() && has_metrics ? "1" : "0";
-  }
-  return coll::broadcast_string(c.group, answer) == "1";
+    answer = !io::find_latest_checkpoint(dir, nullptr).empty() && has_metrics ? 1 : 0;
+  });
+  c.group.broadcast(&answer, 1, coll::DataType::i32, 0);
+  return answer == 1;
 }
 
 }  // namespace
