@@ -20,12 +20,18 @@
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/models/registry.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "strategy_comparison.hpp"
 #include "training_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace hpctrain;
 
 namespace {
+
+using hpctrain::testing::compare;
+using hpctrain::testing::Difference;
+using hpctrain::testing::kRelativeBound;
+using hpctrain::testing::run_on;
 
 const std::string& data_dir() {
   static const std::string dir = hpctrain::testing::import_fashion_subsets("hpctrain-zero-bn-test", 2048, 0);
@@ -80,20 +86,6 @@ Parts split(const std::vector<float>& params) {
   return out;
 }
 
-struct Difference {
-  double worst = 0, scale = 0;
-};
-Difference compare(const std::vector<float>& a, const std::vector<float>& b) {
-  Difference d;
-  for (float p : a) d.scale = std::max(d.scale, static_cast<double>(std::fabs(p)));
-  for (std::size_t i = 0; i < a.size(); ++i) d.worst = std::max(d.worst, static_cast<double>(std::fabs(a[i] - b[i])));
-  return d;
-}
-
-/// tests/train/zero_mpi_test.cpp's bound (derived in train_mpi_test.cpp): the two runs differ
-/// only in the order of the gradient additions (reduce-scatter vs all-reduce, norm over shards).
-constexpr double kRelativeBound = 2e-4;
-
 /// Whether every rank's `values` are bitwise rank 0's.
 bool same_on_every_rank(coll::Communicator& comm, const std::vector<float>& values) {
   std::uint64_t mine = train::parameter_checksum(values.data(), values.size()), first = mine;
@@ -146,15 +138,6 @@ TEST(ZeroBatchNorm, DeterministicZero1IsBitwiseDdpDeterministic) {
     EXPECT_EQ(zero.parameter_checksum, ddp_one.parameter_checksum) << "P=" << comm.size() << " vs 1";
   }
   comm.barrier();
-}
-
-/// Ranks [0, ranks) of `comm` run `o`; the others wait. Returns the result on those ranks.
-train::TrainResult run_on(coll::Communicator& comm, int ranks, const train::TrainOptions& o) {
-  coll::Communicator part = comm.split(comm.rank() < ranks ? 0 : 1, comm.rank());
-  train::TrainResult r;
-  if (comm.rank() < ranks) r = train::run_training(o, part);
-  comm.barrier();
-  return r;
 }
 
 /// zero1 at P-1 for 3 steps, resumed from its checkpoint (the optimiser state in P-1 slices,
