@@ -26,10 +26,7 @@ using namespace hpctrain;
 
 namespace {
 
-using hpctrain::testing::compare;
-using hpctrain::testing::Difference;
-using hpctrain::testing::kRelativeBound;
-using hpctrain::testing::run_on;
+using namespace hpctrain::testing;  // strategy_comparison.hpp
 
 const std::string& data_dir() {
   static const std::string dir = hpctrain::testing::import_fashion_subsets("hpctrain-zero-test", 2048, 0);
