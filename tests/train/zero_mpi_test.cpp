@@ -18,12 +18,15 @@
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/train/preemption.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "strategy_comparison.hpp"
 #include "training_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace hpctrain;
 
 namespace {
+
+using namespace hpctrain::testing;  // strategy_comparison.hpp
 
 const std::string& data_dir() {
   static const std::string dir = hpctrain::testing::import_fashion_subsets("hpctrain-zero-test", 2048, 0);
@@ -57,21 +60,6 @@ train::TrainOptions options(const std::string& strategy, const std::string& opti
   o.log_every = 0;
   return o;
 }
-
-struct Difference {
-  double worst = 0, scale = 0;
-};
-Difference compare(const std::vector<float>& a, const std::vector<float>& b) {
-  Difference d;
-  for (float p : a) d.scale = std::max(d.scale, static_cast<double>(std::fabs(p)));
-  for (std::size_t i = 0; i < a.size(); ++i) d.worst = std::max(d.worst, static_cast<double>(std::fabs(a[i] - b[i])));
-  return d;
-}
-
-/// tests/train/train_mpi_test.cpp derives this bound for a P-rank run against a one-rank run
-/// (only the order of additions differs); zero against ddp at the same P differs the same way
-/// (reduce-scatter vs all-reduce order, the norm summed over shards), over fewer steps.
-constexpr double kRelativeBound = 2e-4;
 
 TEST(Zero, FinalParametersMatchDdpWithinTheFloatBound) {
   coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
@@ -165,15 +153,6 @@ TEST(Zero, ReduceScatterOverlapsBackward) {
     const auto r = train::run_training(o, comm);
     EXPECT_TRUE(r.overlap_observed) << strategy << ": no reduce-scatter started before backward ended";
   }
-}
-
-/// Ranks [0, ranks) of `comm` run `o`; the others wait. Returns rank 0's result.
-train::TrainResult run_on(coll::Communicator& comm, int ranks, const train::TrainOptions& o) {
-  coll::Communicator part = comm.split(comm.rank() < ranks ? 0 : 1, comm.rank());
-  train::TrainResult r;
-  if (comm.rank() < ranks) r = train::run_training(o, part);
-  comm.barrier();
-  return r;
 }
 
 /// ddp at P -> zero1 at P-1 (or 1) -> ddp at P, each hop through the checkpoint of the one

@@ -100,15 +100,11 @@ std::unique_ptr<core::Optimizer<float>> make_optimizer(const TrainOptions& o, do
   return std::make_unique<core::Sgd<float>>(s);
 }
 
-/// --sync-bn and what batch-norm state allows: the reducer set on the model's layers.
+/// --sync-bn: the reducer set on the model's batch-norm layers.
 void configure_batch_statistics(const TrainOptions& o, coll::Communicator& comm, models::Sequential<float>& model) {
-  const std::string name = o.model.value("name", std::string("?"));
-  HPCTRAIN_REQUIRE(!model.has_state() || o.strategy == "ddp",
-                   "--strategy " + o.strategy + " cannot train model '" + name +
-                       "': its batch-norm running statistics ride the gradient all-reduce, which zero1/zero2 "
-                       "replace by a reduce-scatter (use --strategy ddp)");
   if (!o.sync_bn) return;
-  HPCTRAIN_REQUIRE(model.has_state(), "--sync-bn: model '" + name + "' has no batch normalisation");
+  HPCTRAIN_REQUIRE(model.has_state(),
+                   "--sync-bn: model '" + o.model.value("name", std::string("?")) + "' has no batch normalisation");
   model.set_stat_reducer(
       [&comm](double* values, std::size_t count) { comm.allreduce(values, count, coll::ReduceOp::sum); });
 }

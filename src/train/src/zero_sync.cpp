@@ -7,8 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "apply_gradient.hpp"
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
+#include "shared_state_sums.hpp"
 
 namespace hpctrain::train {
 
@@ -51,6 +53,10 @@ ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, c
     grad_shard_ = Kokkos::subview(model.gradient_buffer(), front);
   }
   inner_ = make_inner(comm, model, options_, timeline, layout_, grad_shard_);
+  // Deterministic mode has the whole summed gradient, state slots included, on every rank.
+  if (!options.deterministic && model.has_state()) {
+    state_sums_ = std::make_unique<SharedStateSums>(model, layout_, /*shard_is_full=*/options.stage == 1);
+  }
 }
 
 ZeroSync::~ZeroSync() = default;
@@ -62,34 +68,45 @@ void ZeroSync::begin_step(const OptimizerStep& step) {
 }
 
 double ZeroSync::finish_step() {
-  const double waited = inner_->finish_step();
-  // zero1: this rank's blocks of the summed gradient are in the model's gradient buffer
-  // (zero2's on_reduced has already added them into the shard). Deterministic mode keeps the
-  // whole exact gradient for apply()'s norm.
-  if (options_.stage == 1 && !options_.deterministic) layout_.compact(model_.gradient_buffer());
-  return waited;
+  // zero1: this rank's blocks of the summed gradient are in the model's gradient buffer at
+  // their places (apply() moves them to its front); zero2's on_reduced has already added them
+  // into the shard. Deterministic mode has the whole exact gradient.
+  return inner_->finish_step();
 }
 
 double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
+  // The state slots' sums to every rank (out of the shard, so the norm below leaves them out),
+  // then the running statistics of the whole model, on every rank, as ddp does.
+  double waited = 0;
+  if (state_sums_) {
+    const core::Vec<float> shard = options_.stage == 1 ? model_.gradient_buffer() : grad_shard_;
+    waited += state_sums_->share(comm_, shard, model_.gradient_buffer());
+  }
+  const UpdatedState state(model_);
   if (options_.deterministic) {
     // The whole exact gradient is on every rank: the norm as ddp --deterministic takes it,
     // then the (scaled) owned elements.
     if (clip_norm > 0) core::clip_grad_norm(model_.gradient_buffer(), clip_norm);
     layout_.compact(model_.gradient_buffer());
-  } else if (clip_norm > 0) {
-    core::clip_grad_norm(grad_shard_, clip_norm, [this](double local) {
-      comm_.allreduce(&local, 1, coll::ReduceOp::sum);
-      return local;
-    });
+  } else {
+    if (options_.stage == 1) layout_.compact(model_.gradient_buffer());
+    if (clip_norm > 0) {
+      core::clip_grad_norm(grad_shard_, clip_norm, [this](double local) {
+        comm_.allreduce(&local, 1, coll::ReduceOp::sum);
+        return local;
+      });
+    }
   }
   // The owned parameters to the buffer's front, stepped there, and back to their places; the
-  // all-gather then rewrites every other element.
+  // state entries put back (the optimiser moved the owned ones); the all-gather then rewrites
+  // every other element.
   layout_.compact(model_.parameter_buffer());
   optimizer.set_learning_rate(lr);
   optimizer.step(param_shard_, grad_shard_);
   layout_.expand(model_.parameter_buffer());
+  state.restore();
   Kokkos::fence();
-  return all_gather_parameters();
+  return waited + all_gather_parameters();
 }
 
 double ZeroSync::all_gather_parameters() {
@@ -111,7 +128,8 @@ double ZeroSync::all_gather_parameters() {
 GradientSync::HeldBytes ZeroSync::held_bytes() const {
   const auto full = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
   const auto shard = static_cast<std::uint64_t>(layout_.shard_count()) * sizeof(float);
-  return HeldBytes{full, options_.stage == 2 ? full + shard : full};
+  const std::uint64_t state = state_sums_ ? state_sums_->bytes() : 0;
+  return HeldBytes{full, (options_.stage == 2 ? full + shard : full) + state};
 }
 
 }  // namespace hpctrain::train

@@ -7,7 +7,8 @@
 /// backward hook reduce-scatters buckets instead of all-reducing them, finish_step() leaves
 /// each rank its shard of the summed gradient, apply() steps the optimiser on that shard only
 /// (it owns the sharded optimiser state and computes the gradient norm from the shards' sums
-/// of squares) and all-gathers the parameters.
+/// of squares; a model's state slots are first all-reduced so every rank updates the running
+/// statistics) and all-gathers the parameters.
 ///
 /// One optimiser step, as the loop drives it:
 ///

@@ -13,6 +13,12 @@
 ///     reduces once per step (earlier micro-batches accumulate in the full gradient buffer);
 ///     zero2 reduces every micro-batch and accumulates only its own blocks, in a shard-sized
 ///     buffer, so the gradient kept across micro-batches is the shard.
+///   - apply(), models with state (batch norm's running statistics, docs/models.md): the
+///     state entries' summed gradient slots, spread over the shards, are all-reduced (each
+///     rank's owned slots, zeros elsewhere: the owner's value on every rank, bit for bit;
+///     SharedStateSums) and cleared in the shard; every rank then runs update_state() for the
+///     whole model as ddp does, keeps the new state and puts it back after the optimiser step,
+///     so the statistics are identical on every rank and the optimiser cannot move them.
 ///   - apply(): the owned gradient is clipped by the global norm (the shards' sums of squares
 ///     all-reduced), the owned parameters are moved in place to the front of the parameter
 ///     buffer (ShardLayout::compact; zero1 does the same with the gradient, so neither needs a
@@ -21,14 +27,16 @@
 ///     at once, waited for before apply() returns).
 ///
 /// Deterministic mode (zero1 only): the exact fixed-point sum (ExactSumSync) gives every rank
-/// the whole summed gradient, bit for bit as `ddp --deterministic`; the norm for clipping is
+/// the whole summed gradient (state slots included: update_state() as ddp's), bit for bit as
+/// `ddp --deterministic`; the norm for clipping is
 /// taken from that whole gradient as ddp does; the optimiser then steps only this rank's
 /// shard and the parameters are all-gathered (a copy). The optimiser update is element-wise,
 /// so the final bytes equal `ddp --deterministic`'s at any P. The memory saving is then only in
 /// the optimiser state (the exact sum keeps whole-gradient terms per micro-shard).
 ///
 /// Cost per step and rank, n parameters: reduce-scatter (p-1)/p·n·β + all-gather (p-1)/p·n·β,
-/// the same volume as one ring all-reduce; optimiser work and state n/p.
+/// the same volume as one ring all-reduce; optimiser work and state n/p. A model with s state
+/// elements adds one all-reduce of s floats (α·log p + s·β).
 
 #include <cstdint>
 #include <memory>
@@ -45,6 +53,8 @@ struct ZeroOptions {
   bool deterministic = false;    ///< exact sum (stage 1 only)
   std::int64_t micro_shard = 16; ///< deterministic mode's micro-shard samples
 };
+
+class SharedStateSums;
 
 class ZeroSync final : public GradientSync {
  public:
@@ -79,6 +89,7 @@ class ZeroSync final : public GradientSync {
   core::Vec<float> param_shard_;  ///< the parameter buffer's front, where compact() puts the shard
   core::Vec<float> grad_shard_;   ///< zero1: the gradient buffer's front; zero2: its own buffer
   std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or exact sum
+  std::unique_ptr<SharedStateSums> state_sums_;  ///< models with state, not deterministic
   bool record_ = false;
 };
 
