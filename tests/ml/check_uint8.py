@@ -8,10 +8,13 @@ fitted on the uint8 file -- kmeans (k-means||, k-means++, random; and --standard
 (--products f64 and f32; and --standardize, with --eval-data), linreg (normal equations,
 --standardize) -- must have the same datasets and attributes, bit for bit, as the one fitted on
 the float64 file at np 2, and the same at np 1 and 3; `ml predict` on both files the same
-/labels and /probabilities. Data: 3500 samples (4 sum blocks, the last partial) of 100 bytes,
+/labels and /probabilities; a sharded copy of the uint8 file (`data shard`, 3 shards) the same
+models at np 2 and 3. Data: 3500 samples (4 sum blocks, the last partial) of 100 bytes,
 10 classes of clipped Gaussian blobs (values 0..255 all present).
 """
 import os
+import shutil
+import subprocess
 import h5py
 import numpy as np
 
@@ -81,6 +84,21 @@ for name in fits:
         differ = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         check(not differ, f"{name} np{np_}: uint8 file's model differs from the float64 file's in {differ}")
     check(want is None or len(want) >= 5, f"{name}: model file has {sorted(want or [])}")
+
+# a sharded uint8 directory (3 uneven shards; at np 2 and 3 a slice spans two): the same models
+shards = os.path.join(args.workdir, "u8-shards")
+if os.path.isdir(shards):
+    shutil.rmtree(shards)
+p = subprocess.run([args.hpctrain, "data", "shard", "--in", u8, "--shards", "3", "--out", shards],
+                   capture_output=True, text=True, timeout=60)
+check(p.returncode == 0, f"data shard: exit {p.returncode}: {p.stderr.strip()[:400]}")
+for name in ("kmeans-parallel", "logreg-f32", "logreg-std-eval"):
+    want = model(os.path.join(args.workdir, f"{name}-f64.h5-np2.h5"))
+    for np_ in (2, 3):
+        got = fit(np_, name, shards) if p.returncode == 0 else None
+        if got is not None:
+            differ = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+            check(not differ, f"{name} shards np{np_}: differs from the float64 file's model in {differ}")
 
 # predict: the same predictions from both files (a standardised model: the scaling applied on widening)
 for name in ("kmeans-random-std", "logreg-std-eval"):
