@@ -3,7 +3,6 @@
 
 #include <xxhash.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,40 +15,27 @@
 
 namespace hpctrain::ml {
 
-namespace {
-
-/// f(row) for each row of `data` in [first, first + count), in order, as f64 (widened
-/// kWidenBlockRows at a time into `widened`, kWidenBlockRows x d).
-template <typename F>
-void for_widened_rows(const DatasetSlice& data, std::int64_t first, std::int64_t count, std::vector<double>& widened,
-                      F&& f) {
-  const std::int64_t d = data.features;
-  for (std::int64_t at = first; at < first + count; at += kWidenBlockRows) {
-    const std::int64_t n = std::min(kWidenBlockRows, first + count - at);
-    const double* x = data.rows_f64(at, n, widened.data());
-    for (std::int64_t i = 0; i < n; ++i) f(x + i * d);
-  }
-}
-
-}  // namespace
-
 Standardization fit_standardization(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data) {
   const std::int64_t d = data.features;
   const auto width = static_cast<std::size_t>(d);
   const auto n = static_cast<double>(part.total_samples);
   Standardization s;
-  std::vector<double> widened(static_cast<std::size_t>(kWidenBlockRows * d));
+  std::vector<double> widened;
   s.mean = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count, double* term) {
-    for_widened_rows(data, first, count, widened, [&](const double* x) {
-      for (std::int64_t j = 0; j < d; ++j) term[j] += x[j];
+    for_each_f64_block(data, first, count, kWidenBlockRows, widened, [&](const double* x, std::int64_t, std::int64_t rows) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (std::int64_t j = 0; j < d; ++j) term[j] += x[i * d + j];
+      }
     });
   });
   for (auto& m : s.mean) m /= n;
   s.std = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count, double* term) {
-    for_widened_rows(data, first, count, widened, [&](const double* x) {
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double t = x[j] - s.mean[static_cast<std::size_t>(j)];
-        term[j] += t * t;
+    for_each_f64_block(data, first, count, kWidenBlockRows, widened, [&](const double* x, std::int64_t, std::int64_t rows) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (std::int64_t j = 0; j < d; ++j) {
+          const double t = x[i * d + j] - s.mean[static_cast<std::size_t>(j)];
+          term[j] += t * t;
+        }
       }
     });
   });
@@ -87,15 +73,13 @@ std::string data_checksum(coll::Communicator& comm, const SamplePartition& part,
   std::vector<std::int64_t> hashes(static_cast<std::size_t>(part.total_blocks), 0);
   const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
   HPCTRAIN_REQUIRE(state != nullptr, "data checksum: out of memory");
-  std::vector<double> widened(static_cast<std::size_t>(kWidenBlockRows * data.features));
+  std::vector<double> widened;
   for (std::int64_t b = 0; b < part.block_count; ++b) {
     XXH3_64bits_reset(state.get());
-    const std::int64_t first = part.block_begin(b), count = part.block_length(b);
-    for (std::int64_t at = first; at < first + count; at += kWidenBlockRows) {
-      const std::int64_t n = std::min(kWidenBlockRows, first + count - at);
-      XXH3_64bits_update(state.get(), data.rows_f64(at, n, widened.data()),
-                         static_cast<std::size_t>(n * data.features) * sizeof(double));
-    }
+    for_each_f64_block(data, part.block_begin(b), part.block_length(b), kWidenBlockRows, widened,
+                       [&](const double* x, std::int64_t, std::int64_t rows) {
+                         XXH3_64bits_update(state.get(), x, static_cast<std::size_t>(rows * data.features) * sizeof(double));
+                       });
     const std::uint64_t h = XXH3_64bits_digest(state.get());
     std::memcpy(&hashes[static_cast<std::size_t>(part.first_block + b)], &h, sizeof h);
   }

@@ -127,12 +127,12 @@ void nearest_centroids(const DatasetSlice& data, std::int64_t first, std::int64_
   const std::int64_t d = data.features;
   const std::vector<double> norms = centroid_norms(centroids, k, d);
   std::vector<double> dots(static_cast<std::size_t>(detail::kSubBlockRows * k));
-  std::vector<double> widened(data.storage == SliceStorage::f64 ? 0 : static_cast<std::size_t>(detail::kSubBlockRows * d));
-  for (std::int64_t sub = 0; sub < rows; sub += detail::kSubBlockRows) {
-    const std::int64_t n = std::min(detail::kSubBlockRows, rows - sub);
-    const double* x = data.rows_f64(first + sub, n, widened.data());
+  std::vector<double> widened;
+  for_each_f64_block(data, first, rows, detail::kSubBlockRows, widened, [&](const double* x, std::int64_t at,
+                                                                           std::int64_t n) {
+    const std::int64_t sub = at - first;
     nearest_in_sub_block(x, n, d, centroids, k, norms, dots.data(), label + sub, d2 + sub, sums);
-  }
+  });
 }
 
 KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,

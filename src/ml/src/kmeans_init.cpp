@@ -95,17 +95,15 @@ std::vector<double> plusplus_init(coll::Communicator& comm, const SamplePartitio
   const std::int64_t d = data.features;
   std::vector<double> centroids = fetch_sample(comm, part, data, random_index(o.seed, kPlusPlusDomain, 0, 0, part.total_samples));
   std::vector<double> d2(static_cast<std::size_t>(data.rows), std::numeric_limits<double>::infinity());
-  std::vector<double> widened(static_cast<std::size_t>(kWidenBlockRows * d));
+  std::vector<double> widened;
   for (std::int64_t c = 1; c < o.k; ++c) {
     const double* last = centroids.data() + (c - 1) * d;
-    for (std::int64_t first = 0; first < data.rows; first += kWidenBlockRows) {
-      const std::int64_t n = std::min(kWidenBlockRows, data.rows - first);
-      const double* x = data.rows_f64(first, n, widened.data());
+    for_each_f64_block(data, 0, data.rows, kWidenBlockRows, widened, [&](const double* x, std::int64_t at, std::int64_t n) {
       for (std::int64_t i = 0; i < n; ++i) {
-        auto& v = d2[static_cast<std::size_t>(first + i)];
+        auto& v = d2[static_cast<std::size_t>(at + i)];
         v = std::min(v, squared_distance(x + i * d, last, d));
       }
-    }
+    });
     // The total as the blocks' sums in global order: the same double on every rank and at any P.
     const std::vector<double> block_sums = all_block_sums(comm, part, d2);
     double total = 0.0;

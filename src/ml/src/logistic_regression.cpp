@@ -95,14 +95,13 @@ void block_term(Problem& pb, const double* w, const double* b, std::int64_t firs
   if (pb.options->f32_products) return block_term_f32(pb, b, first, count, term);
   const std::int64_t c = pb.classes, d = pb.features;
   pb.z.resize(static_cast<std::size_t>(detail::kSubBlockRows * c));
-  if (pb.data->storage != SliceStorage::f64) pb.x.resize(static_cast<std::size_t>(detail::kSubBlockRows * d));
-  for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
-    const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
-    const double* x = pb.data->rows_f64(sub, rows, pb.x.data());  // both products read it from cache
+  // Both products read each sub-block's rows while they are in cache.
+  for_each_f64_block(*pb.data, first, count, detail::kSubBlockRows, pb.x, [&](const double* x, std::int64_t sub,
+                                                                             std::int64_t rows) {
     detail::rows_times_transpose(x, rows, d, w, c, pb.z.data());
     loss_and_residual(pb, b, sub, rows, term);
     detail::add_transpose_times_rows(pb.z.data(), rows, c, x, d, term + 1);  // += G^T X
-  }
+  });
 }
 
 /// f(W, b) and its gradient (file comment), from the exact sums of all blocks' terms.
@@ -179,16 +178,15 @@ std::vector<double> logistic_probabilities(const LogisticRegressionResult& model
 
 double logistic_accuracy(coll::Communicator& comm, const LogisticRegressionResult& model, const DatasetSlice& data) {
   std::int64_t counts[2] = {0, data.rows};
-  std::vector<double> widened(static_cast<std::size_t>(kWidenBlockRows * data.features));
-  for (std::int64_t first = 0; first < data.rows; first += kWidenBlockRows) {
-    const std::int64_t rows = std::min(kWidenBlockRows, data.rows - first);
-    const std::vector<double> p = logistic_probabilities(model, data.rows_f64(first, rows, widened.data()), rows);
+  std::vector<double> widened;
+  for_each_f64_block(data, 0, data.rows, kWidenBlockRows, widened, [&](const double* x, std::int64_t at, std::int64_t rows) {
+    const std::vector<double> p = logistic_probabilities(model, x, rows);
     for (std::int64_t i = 0; i < rows; ++i) {
       const double* pi = p.data() + i * model.classes;
       const auto best = std::max_element(pi, pi + model.classes) - pi;  // first maximum
-      if (best == data.labels[static_cast<std::size_t>(first + i)]) ++counts[0];
+      if (best == data.labels[static_cast<std::size_t>(at + i)]) ++counts[0];
     }
-  }
+  });
   comm.allreduce(counts, 2, coll::ReduceOp::sum);
   return counts[1] == 0 ? 0.0 : static_cast<double>(counts[0]) / static_cast<double>(counts[1]);
 }

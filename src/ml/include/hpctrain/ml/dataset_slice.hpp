@@ -16,6 +16,7 @@
 /// scaling the doubles at load and standardising them in place, so every result has the same
 /// bits either way.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -77,6 +78,19 @@ struct DatasetSlice {
   /// "column j" or "column j ('name')".
   std::string column_name(std::int64_t j) const;
 };
+
+/// Calls f(x, at, n) for the rows [first, first + count) of `data`, in order, `block_rows` at a
+/// time (the last block shorter): x holds the n rows from row `at` as f64 (DatasetSlice::rows_f64:
+/// into `data` itself, or widened into `buffer`, which this sizes, for a uint8 slice).
+template <typename F>
+void for_each_f64_block(const DatasetSlice& data, std::int64_t first, std::int64_t count, std::int64_t block_rows,
+                        std::vector<double>& buffer, F&& f) {
+  if (data.storage != SliceStorage::f64) buffer.resize(static_cast<std::size_t>(block_rows * data.features));
+  for (std::int64_t at = first; at < first + count; at += block_rows) {
+    const std::int64_t n = std::min(block_rows, first + count - at);
+    f(data.rows_f64(at, n, buffer.data()), at, n);
+  }
+}
 
 /// Number of samples N of the data set at `path`, a file (validated format) or a sharded
 /// directory (its index's count; io/dataset_shards.hpp); throws hpctrain::Error naming the file
