@@ -70,10 +70,13 @@ struct FitData {
   ml::Standardization scaling;
 };
 
-FitData read_fit_data(const MlArgs& a, coll::Communicator& comm, ml::SliceColumns columns) {
+/// `as_f64`: the samples as f64 rows (DatasetSlice::widen_all) for a fitter that reads row();
+/// otherwise a uint8 file's samples stay as stored and the fitter widens them block by block.
+FitData read_fit_data(const MlArgs& a, coll::Communicator& comm, ml::SliceColumns columns, bool as_f64 = false) {
   FitData f;
   f.part = ml::partition_samples(ml::dataset_sample_count(a.data), comm.rank(), comm.size());
   f.data = ml::read_dataset_slice(a.data, f.part, columns);
+  if (as_f64) f.data.widen_all();
   f.checksum = ml::data_checksum(comm, f.part, f.data);
   if (a.standardize) {
     f.standardized = true;
@@ -147,7 +150,7 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
 }
 
 int run_linreg(const MlArgs& a, coll::Communicator& comm) {
-  const FitData f = read_fit_data(a, comm, regression_columns());
+  const FitData f = read_fit_data(a, comm, regression_columns(), /*as_f64=*/true);  // linreg reads row()
   const auto& part = f.part;
   const auto& data = f.data;
   const std::int64_t n = part.total_samples;

@@ -1,7 +1,8 @@
 #include "hpctrain/ml/dataset_slice.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 
@@ -38,21 +39,31 @@ H5File open_dataset_file(const std::string& path) {
   return file;
 }
 
-/// Rows [first, first + rows) of a dataset whose first dimension is N, as doubles.
-std::vector<double> read_rows(hid_t dset, std::int64_t first, std::int64_t rows, std::int64_t row_size,
-                              const std::string& where) {
+/// The HDF5 memory type of T (the values a read converts to).
+template <typename T>
+hid_t native_type();
+template <>
+hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <>
+hid_t native_type<std::uint8_t>() { return H5T_NATIVE_UINT8; }
+
+/// Rows [first, first + rows) of a dataset whose first dimension is N, as T (doubles, or a
+/// uint8 dataset's bytes as stored).
+template <typename T = double>
+std::vector<T> read_rows(hid_t dset, std::int64_t first, std::int64_t rows, std::int64_t row_size,
+                         const std::string& where) {
   H5Dataspace fspace(HPCTRAIN_CHECK_H5(H5Dget_space(dset), where));
   std::vector<hsize_t> dims = io::h5_dims(fspace.get());
   std::vector<hsize_t> start(dims.size(), 0), count = dims;
   start[0] = static_cast<hsize_t>(first);
   count[0] = static_cast<hsize_t>(rows);
-  std::vector<double> out(static_cast<std::size_t>(rows * row_size));
+  std::vector<T> out(static_cast<std::size_t>(rows * row_size));
   if (rows == 0) return out;
   HPCTRAIN_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
                     where + ": select rows");
   const hsize_t n = out.size();
   H5Dataspace mspace(HPCTRAIN_CHECK_H5(H5Screate_simple(1, &n, nullptr), where));
-  HPCTRAIN_CHECK_H5(H5Dread(dset, H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), H5P_DEFAULT, out.data()),
+  HPCTRAIN_CHECK_H5(H5Dread(dset, native_type<T>(), mspace.get(), fspace.get(), H5P_DEFAULT, out.data()),
                     where + ": read");
   return out;
 }
@@ -101,7 +112,74 @@ void read_labels(hid_t file, const std::string& file_where, std::int64_t local_f
   }
 }
 
+/// "<where>: sample S column J is V (the fitters need finite values)", S global.
+std::string non_finite_message(const std::string& where, const DatasetSlice& s, std::size_t at, double value) {
+  const auto f = static_cast<std::size_t>(s.features);
+  return fmt::format("{}: sample {} {} is {} (the fitters need finite values)", where,
+                     s.first + static_cast<std::int64_t>(at / f), s.column_name(static_cast<std::int64_t>(at % f)),
+                     value);
+}
+
+/// The f64 value of every stored byte: double(v) * scale, the product the fitters see.
+std::array<double, 256> byte_values(double scale) {
+  std::array<double, 256> value{};
+  for (int v = 0; v < 256; ++v) value[static_cast<std::size_t>(v)] = static_cast<double>(v) * scale;
+  return value;
+}
+
+/// s.stored widened to f64 rows: double(v) * scale, then (x - mean_j) / std_j when
+/// standardised, with the roundings of scaling the doubles at load and standardising them in
+/// place: CMake compiles this file with -ffp-contract=off, so no fused multiply-add skips the
+/// rounding of the product.
+template <typename T>
+void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, T* out) {
+  const std::int64_t d = s.features;
+  const std::uint8_t* in = s.stored.data() + static_cast<std::size_t>(first * d);
+  const double scale = s.scale;
+  if (s.standardize_mean.empty()) {
+    for (std::int64_t i = 0; i < count * d; ++i) out[i] = static_cast<T>(static_cast<double>(in[i]) * scale);
+    return;
+  }
+  const double* mean = s.standardize_mean.data();
+  const double* sd = s.standardize_std.data();
+  for (std::int64_t i = 0; i < count; ++i, in += d, out += d) {
+    for (std::int64_t j = 0; j < d; ++j) out[j] = static_cast<T>((static_cast<double>(in[j]) * scale - mean[j]) / sd[j]);
+  }
+}
+
 }  // namespace
+
+const double* DatasetSlice::rows_f64(std::int64_t first_row, std::int64_t count, double* buffer) const {
+  if (storage == SliceStorage::f64) return row(first_row);
+  widen_stored(*this, first_row, count, buffer);
+  return buffer;
+}
+
+void DatasetSlice::widen_rows(std::int64_t first_row, std::int64_t count, double* out) const {
+  if (storage == SliceStorage::f64) {
+    std::copy(row(first_row), row(first_row) + count * features, out);
+    return;
+  }
+  widen_stored(*this, first_row, count, out);
+}
+
+void DatasetSlice::widen_rows(std::int64_t first_row, std::int64_t count, float* out) const {
+  if (storage == SliceStorage::f64) {
+    std::copy(row(first_row), row(first_row) + count * features, out);
+    return;
+  }
+  widen_stored(*this, first_row, count, out);
+}
+
+void DatasetSlice::widen_all() {
+  if (storage == SliceStorage::f64) return;
+  samples.resize(static_cast<std::size_t>(rows * features));
+  widen_stored(*this, 0, rows, samples.data());
+  storage = SliceStorage::f64;
+  stored = {};
+  standardize_mean = {};
+  standardize_std = {};
+}
 
 std::string DatasetSlice::column_name(std::int64_t j) const {
   if (static_cast<std::size_t>(j) < feature_names.size()) {
@@ -164,18 +242,25 @@ DatasetSlice read_file_rows(const std::string& path, std::int64_t offset, std::i
     described.classes = static_cast<std::int32_t>(io::h5_read_int_attribute(file.get(), "classes", file_where));
   }
   check(described);
-  s.samples = read_rows(samples.get(), local_first, s.rows, s.features, where);
-  for (std::size_t i = 0; i < s.samples.size(); ++i) {
-    s.samples[i] *= scale;
-    if (!std::isfinite(s.samples[i])) {
-      const auto f = static_cast<std::int64_t>(s.features);
-      HPCTRAIN_FAIL(fmt::format("{}: sample {} {} is {} (the fitters need finite values)", where,
-                                s.first + static_cast<std::int64_t>(i) / f, s.column_name(static_cast<std::int64_t>(i) % f),
-                                s.samples[i]));
-    }
-  }
   if (io::h5_has_attribute(file.get(), RegressionFormat::feature_names)) {
     s.feature_names = io::h5_read_string_array_attribute(file.get(), RegressionFormat::feature_names, file_where);
+  }
+  s.scale = scale;
+  if (is_uint8) {
+    s.storage = SliceStorage::uint8;
+    s.stored = read_rows<std::uint8_t>(samples.get(), local_first, s.rows, s.features, where);
+    // A byte is finite; its product with `scale` is checked once per byte value.
+    const std::array<double, 256> value = byte_values(scale);
+    for (std::size_t i = 0; i < s.stored.size(); ++i) {
+      const double x = value[s.stored[i]];
+      if (!std::isfinite(x)) HPCTRAIN_FAIL(non_finite_message(where, s, i, x));
+    }
+  } else {
+    s.samples = read_rows(samples.get(), local_first, s.rows, s.features, where);
+    for (std::size_t i = 0; i < s.samples.size(); ++i) {
+      s.samples[i] *= scale;
+      if (!std::isfinite(s.samples[i])) HPCTRAIN_FAIL(non_finite_message(where, s, i, s.samples[i]));
+    }
   }
   if (columns.targets) read_targets(file.get(), file_where, local_first, s);
   if (columns.labels) {
@@ -194,8 +279,11 @@ void append_piece(DatasetSlice& out, DatasetSlice&& piece, bool first_piece) {
     out.features = piece.features;
     out.classes = piece.classes;
     out.feature_names = std::move(piece.feature_names);
+    out.storage = piece.storage;  // every shard's (io::require_shard_matches: type and scale)
+    out.scale = piece.scale;
     // A slice inside one shard (the usual case) keeps the piece's rows without a copy.
     out.samples = std::move(piece.samples);
+    out.stored = std::move(piece.stored);
     out.targets = std::move(piece.targets);
     out.labels = std::move(piece.labels);
     return;
@@ -206,6 +294,7 @@ void append_piece(DatasetSlice& out, DatasetSlice&& piece, bool first_piece) {
                    fmt::format("data set '{}': labels read with `classes` {}, {} in the shard before it", piece.path,
                                piece.classes, out.classes));
   out.samples.insert(out.samples.end(), piece.samples.begin(), piece.samples.end());
+  out.stored.insert(out.stored.end(), piece.stored.begin(), piece.stored.end());
   out.targets.insert(out.targets.end(), piece.targets.begin(), piece.targets.end());
   out.labels.insert(out.labels.end(), piece.labels.begin(), piece.labels.end());
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -19,19 +20,24 @@ Standardization fit_standardization(coll::Communicator& comm, const SamplePartit
   const auto width = static_cast<std::size_t>(d);
   const auto n = static_cast<double>(part.total_samples);
   Standardization s;
+  std::vector<double> widened;
   s.mean = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count, double* term) {
-    for (std::int64_t i = first; i < first + count; ++i) {
-      for (std::int64_t j = 0; j < d; ++j) term[j] += data.row(i)[j];
-    }
+    for_each_f64_block(data, first, count, kWidenBlockRows, widened, [&](const double* x, std::int64_t, std::int64_t rows) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (std::int64_t j = 0; j < d; ++j) term[j] += x[i * d + j];
+      }
+    });
   });
   for (auto& m : s.mean) m /= n;
   s.std = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count, double* term) {
-    for (std::int64_t i = first; i < first + count; ++i) {
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double t = data.row(i)[j] - s.mean[static_cast<std::size_t>(j)];
-        term[j] += t * t;
+    for_each_f64_block(data, first, count, kWidenBlockRows, widened, [&](const double* x, std::int64_t, std::int64_t rows) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (std::int64_t j = 0; j < d; ++j) {
+          const double t = x[i * d + j] - s.mean[static_cast<std::size_t>(j)];
+          term[j] += t * t;
+        }
       }
-    }
+    });
   });
   for (auto& v : s.std) {
     v = std::sqrt(v / n);
@@ -45,6 +51,13 @@ void apply_standardization(const Standardization& s, DatasetSlice& data) {
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(s.mean.size()) == d && static_cast<std::int64_t>(s.std.size()) == d,
                    fmt::format("standardize: {} means for samples of {} values (data set '{}')", s.mean.size(), d,
                                data.path));
+  if (data.storage != SliceStorage::f64) {  // applied as the rows are widened, in the same arithmetic
+    HPCTRAIN_REQUIRE(data.standardize_mean.empty(), fmt::format("standardize: data set '{}' is standardised already",
+                                                                data.path));
+    data.standardize_mean = s.mean;
+    data.standardize_std = s.std;
+    return;
+  }
   for (std::int64_t i = 0; i < data.rows; ++i) {
     double* x = data.samples.data() + i * d;
     for (std::int64_t j = 0; j < d; ++j) {
@@ -55,10 +68,19 @@ void apply_standardization(const Standardization& s, DatasetSlice& data) {
 
 std::string data_checksum(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data) {
   // One slot per block, written by its owner: the int64 all-reduce adds zeros only (exact).
+  // A block's hash is of its f64 values; a uint8 slice's are hashed as widened, 64 rows at a
+  // time, by XXH3's streaming interface (the same hash as of the block in one piece).
   std::vector<std::int64_t> hashes(static_cast<std::size_t>(part.total_blocks), 0);
+  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  HPCTRAIN_REQUIRE(state != nullptr, "data checksum: out of memory");
+  std::vector<double> widened;
   for (std::int64_t b = 0; b < part.block_count; ++b) {
-    const std::uint64_t h = XXH3_64bits(data.row(part.block_begin(b)),
-                                        static_cast<std::size_t>(part.block_length(b) * data.features) * sizeof(double));
+    XXH3_64bits_reset(state.get());
+    for_each_f64_block(data, part.block_begin(b), part.block_length(b), kWidenBlockRows, widened,
+                       [&](const double* x, std::int64_t, std::int64_t rows) {
+                         XXH3_64bits_update(state.get(), x, static_cast<std::size_t>(rows * data.features) * sizeof(double));
+                       });
+    const std::uint64_t h = XXH3_64bits_digest(state.get());
     std::memcpy(&hashes[static_cast<std::size_t>(part.first_block + b)], &h, sizeof h);
   }
   comm.allreduce(hashes.data(), hashes.size(), coll::ReduceOp::sum);

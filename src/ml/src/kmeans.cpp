@@ -35,7 +35,7 @@ Assignment assign(coll::Communicator& comm, const SamplePartition& part, const D
   std::vector<double> total = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count,
                                                                             double* term) {
     // The per-cluster sums come from the same cache-resident pass (term holds k x d sums first).
-    nearest_centroids(data.row(first), count, d, centroids, k, label.data() + first, a.d2.data() + first, term);
+    nearest_centroids(data, first, count, centroids, k, label.data() + first, a.d2.data() + first, term);
     for (std::int64_t i = first; i < first + count; ++i) {
       const auto at = static_cast<std::size_t>(i);
       term[width - 1] += a.d2[at];
@@ -70,37 +70,69 @@ std::int64_t take_farthest(coll::Communicator& comm, const DatasetSlice& data, s
 
 }  // namespace
 
-void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
-                       std::int64_t k, std::int64_t* label, double* d2, double* sums) {
+namespace {
+
+/// ||c||^2 of each of the k centroids (k x d).
+std::vector<double> centroid_norms(const std::vector<double>& centroids, std::int64_t k, std::int64_t d) {
   std::vector<double> norms(static_cast<std::size_t>(k));
   const std::vector<double> origin(static_cast<std::size_t>(d), 0.0);
   for (std::int64_t c = 0; c < k; ++c) {
     norms[static_cast<std::size_t>(c)] = squared_distance(centroids.data() + c * d, origin.data(), d);
   }
+  return norms;
+}
+
+/// nearest_centroids on one sub-block of n <= kSubBlockRows rows x; `dots` holds
+/// kSubBlockRows x k doubles of scratch.
+void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const std::vector<double>& centroids,
+                          std::int64_t k, const std::vector<double>& norms, double* dots, std::int64_t* label,
+                          double* d2, double* sums) {
+  detail::rows_times_transpose(x, n, d, centroids.data(), k, dots);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double* g = dots + i * k;
+    std::int64_t arg = 0;
+    double best = std::numeric_limits<double>::infinity();
+    for (std::int64_t c = 0; c < k; ++c) {
+      const double score = norms[static_cast<std::size_t>(c)] - 2.0 * g[c];
+      if (score < best) {  // strict: ties go to the lowest index
+        best = score;
+        arg = c;
+      }
+    }
+    label[i] = arg;
+    const double* row = x + i * d;
+    d2[i] = squared_distance(row, centroids.data() + arg * d, d);
+    if (sums != nullptr) {
+      double* sum = sums + arg * d;
+      for (std::int64_t j = 0; j < d; ++j) sum[j] += row[j];
+    }
+  }
+}
+
+}  // namespace
+
+void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
+                       std::int64_t k, std::int64_t* label, double* d2, double* sums) {
+  const std::vector<double> norms = centroid_norms(centroids, k, d);
   std::vector<double> dots(static_cast<std::size_t>(detail::kSubBlockRows * k));
   for (std::int64_t sub = 0; sub < rows; sub += detail::kSubBlockRows) {
     const std::int64_t n = std::min(detail::kSubBlockRows, rows - sub);
-    detail::rows_times_transpose(x + sub * d, n, d, centroids.data(), k, dots.data());
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double* g = dots.data() + i * k;
-      std::int64_t arg = 0;
-      double best = std::numeric_limits<double>::infinity();
-      for (std::int64_t c = 0; c < k; ++c) {
-        const double score = norms[static_cast<std::size_t>(c)] - 2.0 * g[c];
-        if (score < best) {  // strict: ties go to the lowest index
-          best = score;
-          arg = c;
-        }
-      }
-      label[sub + i] = arg;
-      const double* row = x + (sub + i) * d;
-      d2[sub + i] = squared_distance(row, centroids.data() + arg * d, d);
-      if (sums != nullptr) {
-        double* sum = sums + arg * d;
-        for (std::int64_t j = 0; j < d; ++j) sum[j] += row[j];
-      }
-    }
+    nearest_in_sub_block(x + sub * d, n, d, centroids, k, norms, dots.data(), label + sub, d2 + sub, sums);
   }
+}
+
+void nearest_centroids(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
+                       const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
+                       double* sums) {
+  const std::int64_t d = data.features;
+  const std::vector<double> norms = centroid_norms(centroids, k, d);
+  std::vector<double> dots(static_cast<std::size_t>(detail::kSubBlockRows * k));
+  std::vector<double> widened;
+  for_each_f64_block(data, first, rows, detail::kSubBlockRows, widened, [&](const double* x, std::int64_t at,
+                                                                           std::int64_t n) {
+    const std::int64_t sub = at - first;
+    nearest_in_sub_block(x, n, d, centroids, k, norms, dots.data(), label + sub, d2 + sub, sums);
+  });
 }
 
 KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
@@ -158,7 +190,7 @@ double kmeans_purity(coll::Communicator& comm, const SamplePartition& part, cons
   std::vector<double> d2(label.size());
   for (std::int64_t b = 0; b < part.block_count; ++b) {
     const std::int64_t first = part.block_begin(b), rows = part.block_length(b);
-    nearest_centroids(data.row(first), rows, data.features, model.centroids, k, label.data(), d2.data());
+    nearest_centroids(data, first, rows, model.centroids, k, label.data(), d2.data());
     for (std::int64_t i = 0; i < rows; ++i) {
       ++counts[static_cast<std::size_t>(label[static_cast<std::size_t>(i)] * c +
                                         data.labels[static_cast<std::size_t>(first + i)])];

@@ -95,11 +95,15 @@ std::vector<double> plusplus_init(coll::Communicator& comm, const SamplePartitio
   const std::int64_t d = data.features;
   std::vector<double> centroids = fetch_sample(comm, part, data, random_index(o.seed, kPlusPlusDomain, 0, 0, part.total_samples));
   std::vector<double> d2(static_cast<std::size_t>(data.rows), std::numeric_limits<double>::infinity());
+  std::vector<double> widened;
   for (std::int64_t c = 1; c < o.k; ++c) {
     const double* last = centroids.data() + (c - 1) * d;
-    for (std::int64_t i = 0; i < data.rows; ++i) {
-      d2[static_cast<std::size_t>(i)] = std::min(d2[static_cast<std::size_t>(i)], squared_distance(data.row(i), last, d));
-    }
+    for_each_f64_block(data, 0, data.rows, kWidenBlockRows, widened, [&](const double* x, std::int64_t at, std::int64_t n) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        auto& v = d2[static_cast<std::size_t>(at + i)];
+        v = std::min(v, squared_distance(x + i * d, last, d));
+      }
+    });
     // The total as the blocks' sums in global order: the same double on every rank and at any P.
     const std::vector<double> block_sums = all_block_sums(comm, part, d2);
     double total = 0.0;
@@ -126,7 +130,7 @@ void lower_distances(const SamplePartition& part, const DatasetSlice& data, cons
   std::vector<double> dist(label.size());
   for (std::int64_t b = 0; b < part.block_count; ++b) {
     const std::int64_t first = part.block_begin(b), rows = part.block_length(b);
-    nearest_centroids(data.row(first), rows, data.features, centres, m, label.data(), dist.data());
+    nearest_centroids(data, first, rows, centres, m, label.data(), dist.data());
     for (std::int64_t i = 0; i < rows; ++i) {
       const auto at = static_cast<std::size_t>(first + i);
       if (dist[static_cast<std::size_t>(i)] < d2[at]) {
@@ -148,10 +152,7 @@ std::int64_t gather_picked(coll::Communicator& comm, const DatasetSlice& data, c
   comm.allgather(&mine, counts.data(), 1, coll::DataType::i64);
   const std::int64_t most = *std::max_element(counts.begin(), counts.end());
   std::vector<double> padded(static_cast<std::size_t>(most * d), 0.0);
-  for (std::size_t j = 0; j < picked.size(); ++j) {
-    const double* src = data.row(picked[j]);
-    std::copy(src, src + d, padded.begin() + static_cast<std::ptrdiff_t>(j) * d);
-  }
+  for (std::size_t j = 0; j < picked.size(); ++j) data.widen_rows(picked[j], 1, padded.data() + j * static_cast<std::size_t>(d));
   std::vector<double> all(padded.size() * p);
   comm.allgather(padded.data(), all.data(), padded.size(), coll::DataType::f64);
   std::int64_t added = 0;
@@ -288,10 +289,7 @@ std::vector<double> fetch_sample(coll::Communicator& comm, const SamplePartition
                                  std::int64_t index) {
   const int owner = SamplePartition::owner_of(part.total_samples, index, comm.size());
   std::vector<double> row(static_cast<std::size_t>(data.features), 0.0);
-  if (comm.rank() == owner) {
-    const double* src = data.row(index - part.first_sample);
-    std::copy(src, src + data.features, row.begin());
-  }
+  if (comm.rank() == owner) data.widen_rows(index - part.first_sample, 1, row.data());
   comm.broadcast(row.data(), row.size(), coll::DataType::f64, owner);
   return row;
 }

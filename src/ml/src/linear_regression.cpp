@@ -163,6 +163,8 @@ LinearRegressionResult fit_linear_regression(coll::Communicator& comm, const Sam
                                              const DatasetSlice& data, const LinearRegressionOptions& o) {
   HPCTRAIN_REQUIRE(o.l2 >= 0.0 && std::isfinite(o.l2), fmt::format("linreg: --l2 must be >= 0, got {}", o.l2));
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(data.targets.size()) == data.rows, "linreg: the slice has no targets");
+  HPCTRAIN_REQUIRE(data.storage == SliceStorage::f64,
+                   fmt::format("linreg: data set '{}': the samples must be f64 rows (DatasetSlice::widen_all)", data.path));
   const detail::SingleBlasThread one_blas_thread;
   if (o.solver == LinearSolver::lbfgs) return fit_by_lbfgs(comm, part, data, o);
   const std::int64_t d = data.features;

@@ -45,8 +45,9 @@ struct Problem {
   const LogisticRegressionOptions* options;
   std::int64_t classes, features;
   std::vector<double> z;  // one sub-block's logits, reused
-  // Single-precision products (options.f32_products): the slice, W, logits, G and one block's
-  // gradient in float; everything else stays double.
+  std::vector<double> x;  // one sub-block's rows widened to f64 (a uint8 slice), reused
+  // Single-precision products (options.f32_products): one sub-block's rows, W, logits, G and one
+  // block's gradient in float; everything else stays double.
   std::vector<float> x32, w32, z32, grad32;
 };
 
@@ -73,9 +74,11 @@ void block_term_f32(Problem& pb, const double* b, std::int64_t first, std::int64
   pb.z.resize(static_cast<std::size_t>(detail::kSubBlockRows * c));
   pb.z32.resize(pb.z.size());
   pb.grad32.assign(static_cast<std::size_t>(c * d), 0.0f);
+  pb.x32.resize(static_cast<std::size_t>(detail::kSubBlockRows * d));
   for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
     const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
-    const float* x = pb.x32.data() + sub * d;
+    pb.data->widen_rows(sub, rows, pb.x32.data());  // both products read it from cache
+    const float* x = pb.x32.data();
     detail::rows_times_transpose(x, rows, d, pb.w32.data(), c, pb.z32.data());
     std::copy(pb.z32.begin(), pb.z32.begin() + rows * c, pb.z.begin());
     loss_and_residual(pb, b, sub, rows, term);
@@ -92,12 +95,13 @@ void block_term(Problem& pb, const double* w, const double* b, std::int64_t firs
   if (pb.options->f32_products) return block_term_f32(pb, b, first, count, term);
   const std::int64_t c = pb.classes, d = pb.features;
   pb.z.resize(static_cast<std::size_t>(detail::kSubBlockRows * c));
-  for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
-    const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
-    detail::rows_times_transpose(pb.data->row(sub), rows, d, w, c, pb.z.data());
+  // Both products read each sub-block's rows while they are in cache.
+  for_each_f64_block(*pb.data, first, count, detail::kSubBlockRows, pb.x, [&](const double* x, std::int64_t sub,
+                                                                             std::int64_t rows) {
+    detail::rows_times_transpose(x, rows, d, w, c, pb.z.data());
     loss_and_residual(pb, b, sub, rows, term);
-    detail::add_transpose_times_rows(pb.z.data(), rows, c, pb.data->row(sub), d, term + 1);  // += G^T X
-  }
+    detail::add_transpose_times_rows(pb.z.data(), rows, c, x, d, term + 1);  // += G^T X
+  });
 }
 
 /// f(W, b) and its gradient (file comment), from the exact sums of all blocks' terms.
@@ -141,8 +145,7 @@ LogisticRegressionResult fit_logistic_regression(coll::Communicator& comm, const
                                                  const DatasetSlice& data, const LogisticRegressionOptions& options) {
   check_options(data, options);
   const detail::SingleBlasThread one_blas_thread;
-  Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}, {}, {}, {}, {}};
-  if (options.f32_products) pb.x32.assign(data.samples.begin(), data.samples.end());
+  Problem pb{&comm, &part, &data, &options, options.classes, data.features, {}, {}, {}, {}, {}, {}};
   detail::LbfgsOptions lo;
   lo.max_iter = options.max_iter;
   lo.tol = options.tol;
@@ -174,13 +177,16 @@ std::vector<double> logistic_probabilities(const LogisticRegressionResult& model
 }
 
 double logistic_accuracy(coll::Communicator& comm, const LogisticRegressionResult& model, const DatasetSlice& data) {
-  const std::vector<double> p = logistic_probabilities(model, data.samples.data(), data.rows);
   std::int64_t counts[2] = {0, data.rows};
-  for (std::int64_t i = 0; i < data.rows; ++i) {
-    const double* pi = p.data() + i * model.classes;
-    const auto best = std::max_element(pi, pi + model.classes) - pi;  // first maximum
-    if (best == data.labels[static_cast<std::size_t>(i)]) ++counts[0];
-  }
+  std::vector<double> widened;
+  for_each_f64_block(data, 0, data.rows, kWidenBlockRows, widened, [&](const double* x, std::int64_t at, std::int64_t rows) {
+    const std::vector<double> p = logistic_probabilities(model, x, rows);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const double* pi = p.data() + i * model.classes;
+      const auto best = std::max_element(pi, pi + model.classes) - pi;  // first maximum
+      if (best == data.labels[static_cast<std::size_t>(at + i)]) ++counts[0];
+    }
+  });
   comm.allreduce(counts, 2, coll::ReduceOp::sum);
   return counts[1] == 0 ? 0.0 : static_cast<double>(counts[0]) / static_cast<double>(counts[1]);
 }

@@ -112,6 +112,7 @@ void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type
 
 Predictions predict_slice(const ModelFileContents& model, const std::string& model_path, DatasetSlice& data) {
   const detail::SingleBlasThread one_blas_thread;
+  data.widen_all();  // the predictors read row()
   const bool standardized = std::any_of(model.arrays.begin(), model.arrays.end(),
                                         [](const ModelArray& a) { return a.name == "/standardize_mean"; });
   if (standardized) {

@@ -31,7 +31,9 @@ struct Standardization {
 /// Collective: the means and standard deviations of all samples of `data`.
 Standardization fit_standardization(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data);
 
-/// x_j = (x_j - mean_j) / std_j for every row of `data` (local).
+/// x_j = (x_j - mean_j) / std_j for every row of `data` (local): in place for SliceStorage::f64,
+/// else recorded in the slice and applied as its rows are widened (dataset_slice.hpp), with the
+/// same bits. A slice is standardised once.
 void apply_standardization(const Standardization& s, DatasetSlice& data);
 
 /// Collective: the data checksum described above.

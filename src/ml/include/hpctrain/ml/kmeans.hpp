@@ -96,6 +96,14 @@ std::vector<double> fetch_sample(coll::Communicator& comm, const SamplePartition
 void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
                        std::int64_t k, std::int64_t* label, double* d2, double* sums = nullptr);
 
+/// nearest_centroids of the slice's rows [first, first + rows), widened 64 rows at a time into a
+/// buffer of its own (DatasetSlice::rows_f64; no copy for SliceStorage::f64): the same dgemm calls
+/// on the same values, hence the same bits, as on the rows as f64, while reading 1 byte a value
+/// of a uint8 slice from memory instead of 8.
+void nearest_centroids(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
+                       const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
+                       double* sums = nullptr);
+
 /// Squared Euclidean distance of two d-vectors: eight running sums over j mod 8, added in a
 /// fixed order (vectorised; the bits depend on the data alone).
 double squared_distance(const double* a, const double* b, std::int64_t d) noexcept;

@@ -47,7 +47,8 @@ struct LinearRegressionResult {
   std::string status;                ///< lbfgs: which rule stopped it
 };
 
-/// Collective: fits the model to the samples and /targets of all ranks (`data` read with
+/// Collective: fits the model to the samples (SliceStorage::f64: DatasetSlice::widen_all for a
+/// uint8 file) and /targets of all ranks (`data` read with
 /// read_targets). Throws hpctrain::Error for l2 < 0 and rank-deficient data (see above).
 LinearRegressionResult fit_linear_regression(coll::Communicator& comm, const SamplePartition& part,
                                              const DatasetSlice& data, const LinearRegressionOptions& options);

@@ -40,8 +40,8 @@ struct LogisticRegressionOptions {
   std::int64_t max_iter = 300;
   double tol = 1e-6;          ///< gradient-norm tolerance of the stopping rule (> 0)
   int history = 10;           ///< L-BFGS correction pairs kept
-  /// The two products (logits, gradient) in single precision: sgemm on a float copy of the
-  /// samples, the gradient accumulated in float over each sum block (1024 samples); softmax,
+  /// The two products (logits, gradient) in single precision: sgemm on each sub-block's rows
+  /// widened to float (DatasetSlice::widen_rows), the gradient accumulated in float over each sum block (1024 samples); softmax,
   /// loss and every sum over blocks stay double and exact. About twice the speed; f and its
   /// gradient carry ~1e-7 relative error, so L-BFGS may end by its line search (rounding)
   /// before the gradient-norm rule. Still the same bits at any P.

@@ -32,9 +32,9 @@ struct Predictions {
   std::vector<double> probabilities;  ///< logreg: rows x classes
 };
 
-/// Predictions for the rows of `data` (read without labels or targets). A model fitted with
-/// --standardize (it holds /standardize_mean and /standardize_std) standardises `data` in place
-/// first. Throws hpctrain::Error when the model's feature count differs from the data's (both
+/// Predictions for the rows of `data` (read without labels or targets), widened to f64 rows
+/// first (DatasetSlice::widen_all). A model fitted with --standardize (it holds
+/// /standardize_mean and /standardize_std) standardises `data` in place first. Throws hpctrain::Error when the model's feature count differs from the data's (both
 /// files named) or the model is unknown.
 Predictions predict_slice(const ModelFileContents& model, const std::string& model_path, DatasetSlice& data);
 
