@@ -3,6 +3,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "apply_gradient.hpp"
+#include "hpctrain/core/elementwise.hpp"
 #include "training_pass.hpp"
 
 namespace hpctrain::train {
@@ -78,6 +79,10 @@ double BucketedAllreduceSync::apply(core::Optimizer<float>& optimizer, double lr
 GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const {
   const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
   return HeldBytes{bytes, bytes};
+}
+
+std::int64_t BucketedAllreduceSync::count_nonfinite_gradient() const {
+  return core::count_nonfinite(model_.gradient_buffer());
 }
 
 }  // namespace hpctrain::train

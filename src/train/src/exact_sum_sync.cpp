@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "apply_gradient.hpp"
+#include "hpctrain/core/elementwise.hpp"
 #include "training_pass.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 
@@ -137,5 +138,7 @@ GradientSync::HeldBytes ExactSumSync::held_bytes() const {
   const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
   return HeldBytes{bytes, bytes};
 }
+
+std::int64_t ExactSumSync::count_nonfinite_gradient() const { return core::count_nonfinite(model_.gradient_buffer()); }
 
 }  // namespace hpctrain::train

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
-#include "hpctrain/core/elementwise.hpp"
 
 namespace hpctrain::train {
 
@@ -56,11 +55,11 @@ std::string StepFiniteness::describe(std::int64_t step, int my_rank, double my_l
          " (the loss is finite)";
 }
 
-StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, const core::Vec<float>& gradient) {
+StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, std::int64_t my_nonfinite_gradient) {
   // The lowest rank with a non-finite loss share, and with a non-finite gradient part, or
   // size() for none: one all-reduce (min) of two ints.
   int first_bad[2] = {std::isfinite(my_loss) ? comm.size() : comm.rank(),
-                      core::count_nonfinite(gradient) == 0 ? comm.size() : comm.rank()};
+                      my_nonfinite_gradient == 0 ? comm.size() : comm.rank()};
   comm.allreduce(first_bad, 2, coll::ReduceOp::min);
   StepFiniteness f;
   if (first_bad[0] < comm.size()) f.loss_rank = first_bad[0];

@@ -257,7 +257,7 @@ struct TrainingLoop {
   /// finite on every rank. When not, it is skipped (printed, recorded, counted) while
   /// --skip-nonfinite-steps allows, and stops the run otherwise.
   bool step_is_finite(std::int64_t epoch) {
-    const StepFiniteness f = check_finite_step(comm, sync.step_loss(), sync.summed_gradient());
+    const StepFiniteness f = check_finite_step(comm, sync.step_loss(), sync.count_nonfinite_gradient());
     if (f.finite()) return true;
     const std::string what = f.describe(step + 1, comm.rank(), sync.step_loss());
     if (result.skipped_steps >= o.skip_nonfinite_steps) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "apply_gradient.hpp"
+#include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
 #include "shared_state_sums.hpp"
@@ -72,6 +73,18 @@ double ZeroSync::finish_step() {
   // their places (apply() moves them to its front); zero2's on_reduced has already added them
   // into the shard. Deterministic mode has the whole exact gradient.
   return inner_->finish_step();
+}
+
+std::int64_t ZeroSync::count_nonfinite_gradient() const {
+  if (options_.deterministic) return core::count_nonfinite(model_.gradient_buffer());
+  if (options_.stage == 2) return core::count_nonfinite(grad_shard_);
+  std::int64_t bad = 0;
+  for (const ShardRange& r : layout_.ranges()) {
+    if (r.count == 0) continue;
+    bad += core::count_nonfinite<float>(
+        Kokkos::subview(model_.gradient_buffer(), std::make_pair(r.global_offset, r.global_offset + r.count)));
+  }
+  return bad;
 }
 
 double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {

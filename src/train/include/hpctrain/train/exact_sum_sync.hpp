@@ -31,7 +31,7 @@ class ExactSumSync final : public GradientSync {
   void accumulate(const MicroBatch& micro) override;
   double finish_step() override;
   double step_loss() const override { return loss_; }
-  core::Vec<float> summed_gradient() const override { return model_.gradient_buffer(); }
+  std::int64_t count_nonfinite_gradient() const override;
   double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
   bool overlap_observed() const override { return false; }
   /// The model's buffers (the per-micro-shard terms of the exact sum are not counted).

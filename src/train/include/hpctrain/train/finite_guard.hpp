@@ -8,7 +8,6 @@
 #include <string>
 
 #include "hpctrain/collectives/communicator.hpp"
-#include "hpctrain/core/tensor.hpp"
 #include "hpctrain/train/trainer.hpp"
 
 namespace hpctrain::train {
@@ -30,10 +29,10 @@ struct StepFiniteness {
 };
 
 /// Collective, once per optimiser step, after finish_step() and before the step is applied:
-/// every rank passes its own share of the step's loss and the part of the summed gradient it
-/// holds (GradientSync::summed_gradient); every rank learns whether any of them is non-finite.
-/// Costs one pass over `gradient` (a vectorised exponent test) and one all-reduce of two ints.
-StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, const core::Vec<float>& gradient);
+/// every rank passes its own share of the step's loss and the number of non-finite elements in
+/// the part of the summed gradient it holds (GradientSync::count_nonfinite_gradient); every rank
+/// learns whether any of them is non-finite. Costs one all-reduce of two ints.
+StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, std::int64_t my_nonfinite_gradient);
 
 /// Throws on every rank (rank 0 an Error, the others PeerReportedError, so the cause is printed
 /// once) with `what` and the advice that goes with a non-finite step.
