@@ -16,6 +16,7 @@
 #include "hpctrain/io/h5.hpp"
 #include "hpctrain/ml/dataset_slice.hpp"
 #include "hpctrain/ml/feature_scaling.hpp"
+#include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/sample_partition.hpp"
 
 namespace hpctrain::ml {
@@ -209,6 +210,30 @@ TEST(FloatSlices, Float32AndFloat64FilesAreF64RowsTimesScale) {
     EXPECT_EQ(s.rows_f64(64, 10, unused.data()), s.row(64));  // no copy
     expect_rows(s, old);
     fs::remove(path);
+  }
+}
+
+/// squared_distance runs in the widest clone the CPU has (cpu_clones.hpp); its bits must be those
+/// of the plain 8-lane sum it documents, computed here in baseline code: lane l takes
+/// j = l mod 8, the lanes added as ((0+1)+(2+3))+((4+5)+(6+7)).
+TEST(SquaredDistance, WidestCloneHasTheBitsOfThePlainLaneSum) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-3.0, 3.0);
+  for (const std::int64_t d : {1, 7, 8, 9, 63, 784, 1001}) {
+    std::vector<double> a(static_cast<std::size_t>(d)), b(a.size());
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      a[j] = u(rng) * std::ldexp(1.0, static_cast<int>(j % 40) - 20);  // magnitudes over 40 binades
+      b[j] = u(rng);
+    }
+    volatile double lane[8] = {};  // volatile: the reference stays scalar, in this order
+    for (std::int64_t j = 0; j < d; ++j) {
+      const double t = a[static_cast<std::size_t>(j)] - b[static_cast<std::size_t>(j)];
+      const double sq = t * t;
+      lane[j % 8] = lane[j % 8] + sq;
+    }
+    const double expected = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    const double got = squared_distance(a.data(), b.data(), d);
+    EXPECT_EQ(std::memcmp(&got, &expected, sizeof got), 0) << "d = " << d << ": " << got << " vs " << expected;
   }
 }
 

@@ -12,6 +12,7 @@
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/dataset_shards.hpp"
 #include "hpctrain/io/h5.hpp"
+#include "cpu_clones.hpp"
 
 namespace hpctrain::ml {
 
@@ -132,7 +133,8 @@ std::array<double, 256> byte_values(double scale) {
 /// place: CMake compiles this file with -ffp-contract=off, so no fused multiply-add skips the
 /// rounding of the product.
 template <typename T>
-void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, T* out) {
+inline __attribute__((always_inline)) void widen_stored_inline(const DatasetSlice& s, std::int64_t first,
+                                                               std::int64_t count, T* out) {
   const std::int64_t d = s.features;
   const std::uint8_t* in = s.stored.data() + static_cast<std::size_t>(first * d);
   const double scale = s.scale;
@@ -145,6 +147,13 @@ void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count,
   for (std::int64_t i = 0; i < count; ++i, in += d, out += d) {
     for (std::int64_t j = 0; j < d; ++j) out[j] = static_cast<T>((static_cast<double>(in[j]) * scale - mean[j]) / sd[j]);
   }
+}
+
+HPCTRAIN_ML_CLONES void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, double* out) {
+  widen_stored_inline(s, first, count, out);
+}
+HPCTRAIN_ML_CLONES void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, float* out) {
+  widen_stored_inline(s, first, count, out);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/sample_partition.hpp"
+#include "cpu_clones.hpp"
 
 namespace hpctrain::ml {
 
@@ -123,9 +124,11 @@ std::vector<double> plusplus_init(coll::Communicator& comm, const SamplePartitio
 }
 
 /// Lowers d2[i] (local samples) to the squared distance to the nearest of `centres` (m x d),
-/// sum block by sum block (nearest_centroids' P-independent calls).
+/// sum block by sum block (nearest_centroids' P-independent calls); where it lowers, nearest[i]
+/// (when given) becomes that centre's index plus `first_index`.
 void lower_distances(const SamplePartition& part, const DatasetSlice& data, const std::vector<double>& centres,
-                     std::int64_t m, std::vector<double>& d2, std::vector<std::int64_t>* nearest = nullptr) {
+                     std::int64_t m, std::vector<double>& d2, std::vector<std::int64_t>* nearest = nullptr,
+                     std::int64_t first_index = 0) {
   std::vector<std::int64_t> label(static_cast<std::size_t>(kSumBlockSamples));
   std::vector<double> dist(label.size());
   for (std::int64_t b = 0; b < part.block_count; ++b) {
@@ -135,7 +138,7 @@ void lower_distances(const SamplePartition& part, const DatasetSlice& data, cons
       const auto at = static_cast<std::size_t>(first + i);
       if (dist[static_cast<std::size_t>(i)] < d2[at]) {
         d2[at] = dist[static_cast<std::size_t>(i)];
-        if (nearest) (*nearest)[at] = label[static_cast<std::size_t>(i)];
+        if (nearest) (*nearest)[at] = first_index + label[static_cast<std::size_t>(i)];
       }
     }
   }
@@ -228,10 +231,16 @@ std::vector<double> parallel_init(coll::Communicator& comm, const SamplePartitio
   std::vector<double> candidates = fetch_sample(comm, part, data, random_index(o.seed, kParallelDomain, 0, 0, part.total_samples));
   std::int64_t m = 1, fresh_from = 0;
   std::vector<double> d2(static_cast<std::size_t>(data.rows), std::numeric_limits<double>::infinity());
+  // Each sample's nearest candidate so far, kept through the rounds (each round compares the
+  // samples with its new candidates only), so the weights need no pass over all candidates.
+  std::vector<std::int64_t> nearest(d2.size(), 0);
+  const auto lower_to_fresh = [&] {
+    const std::vector<double> fresh(candidates.begin() + fresh_from * d, candidates.end());
+    lower_distances(part, data, fresh, m - fresh_from, d2, &nearest, fresh_from);
+  };
   const double ell = o.oversampling * static_cast<double>(o.k);
   for (std::int64_t round = 1; round <= o.init_rounds; ++round) {
-    const std::vector<double> fresh(candidates.begin() + fresh_from * d, candidates.end());
-    lower_distances(part, data, fresh, m - fresh_from, d2);
+    lower_to_fresh();
     const std::vector<double> block_sums = all_block_sums(comm, part, d2);
     double phi = 0.0;
     for (double b : block_sums) phi += b;
@@ -245,10 +254,9 @@ std::vector<double> parallel_init(coll::Communicator& comm, const SamplePartitio
     fresh_from = m;
     m += gather_picked(comm, data, picked, candidates);
   }
-  // Weights: the samples nearest to each candidate (exact int64 counts).
-  std::fill(d2.begin(), d2.end(), std::numeric_limits<double>::infinity());
-  std::vector<std::int64_t> nearest(d2.size(), 0);
-  lower_distances(part, data, candidates, m, d2, &nearest);
+  // Weights: the samples nearest to each candidate (exact int64 counts), once the last
+  // round's candidates are compared too.
+  if (fresh_from < m) lower_to_fresh();
   std::vector<std::int64_t> count(static_cast<std::size_t>(m), 0);
   for (auto c : nearest) ++count[static_cast<std::size_t>(c)];
   comm.allreduce(count.data(), count.size(), coll::ReduceOp::sum);
@@ -266,6 +274,7 @@ std::vector<double> parallel_init(coll::Communicator& comm, const SamplePartitio
 
 }  // namespace
 
+HPCTRAIN_ML_CLONES
 double squared_distance(const double* a, const double* b, std::int64_t d) noexcept {
   // Eight running sums (lane l takes j = l mod 8), added in a fixed order at the end: the
   // compiler vectorises it without reassociating, and the bits depend on the data alone.
@@ -273,6 +282,7 @@ double squared_distance(const double* a, const double* b, std::int64_t d) noexce
   double lane[kLanes] = {};
   std::int64_t j = 0;
   for (; j + kLanes <= d; j += kLanes) {
+#pragma GCC unroll 8  // the lanes stay in registers (otherwise each pass stores them to the stack)
     for (std::int64_t l = 0; l < kLanes; ++l) {
       const double t = a[j + l] - b[j + l];
       lane[l] += t * t;
