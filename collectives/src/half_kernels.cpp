@@ -8,7 +8,7 @@
 // functions'.
 #include "hpctrain/collectives/types.hpp"
 #include "reduce.hpp"
-#include "vector_clones.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 
 
 namespace hpctrain::coll {

@@ -11,7 +11,7 @@
 // the same as a double one. Integer addition is associative, so every algorithm, transport and
 // rank count gives the same bits.
 
-#include "vector_clones.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 
 #include <algorithm>

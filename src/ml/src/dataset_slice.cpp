@@ -12,7 +12,7 @@
 #include "hpctrain/io/dataset.hpp"
 #include "hpctrain/io/dataset_shards.hpp"
 #include "hpctrain/io/h5.hpp"
-#include "cpu_clones.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 
 namespace hpctrain::ml {
 
@@ -133,7 +133,7 @@ std::array<double, 256> byte_values(double scale) {
 /// place: CMake compiles this file with -ffp-contract=off, so no fused multiply-add skips the
 /// rounding of the product.
 template <typename T>
-inline __attribute__((always_inline)) void widen_stored_inline(const DatasetSlice& s, std::int64_t first,
+inline HPCTRAIN_ALWAYS_INLINE void widen_stored_inline(const DatasetSlice& s, std::int64_t first,
                                                                std::int64_t count, T* out) {
   const std::int64_t d = s.features;
   const std::uint8_t* in = s.stored.data() + static_cast<std::size_t>(first * d);
@@ -149,10 +149,10 @@ inline __attribute__((always_inline)) void widen_stored_inline(const DatasetSlic
   }
 }
 
-HPCTRAIN_ML_CLONES void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, double* out) {
+HPCTRAIN_VECTOR_CLONES void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, double* out) {
   widen_stored_inline(s, first, count, out);
 }
-HPCTRAIN_ML_CLONES void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, float* out) {
+HPCTRAIN_VECTOR_CLONES void widen_stored(const DatasetSlice& s, std::int64_t first, std::int64_t count, float* out) {
   widen_stored_inline(s, first, count, out);
 }
 

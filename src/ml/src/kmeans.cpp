@@ -10,7 +10,7 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
 #include "blas_products.hpp"
-#include "cpu_clones.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 
 namespace hpctrain::ml {
 
@@ -85,7 +85,7 @@ std::vector<double> centroid_norms(const std::vector<double>& centroids, std::in
 
 /// nearest_centroids on one sub-block of n <= kSubBlockRows rows x; `dots` holds
 /// kSubBlockRows x k doubles of scratch.
-HPCTRAIN_ML_CLONES
+HPCTRAIN_VECTOR_CLONES
 void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const std::vector<double>& centroids,
                           std::int64_t k, const std::vector<double>& norms, double* dots, std::int64_t* label,
                           double* d2, double* sums) {

@@ -7,7 +7,7 @@
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/ml/kmeans.hpp"
 #include "hpctrain/ml/sample_partition.hpp"
-#include "cpu_clones.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 
 namespace hpctrain::ml {
 
@@ -274,7 +274,7 @@ std::vector<double> parallel_init(coll::Communicator& comm, const SamplePartitio
 
 }  // namespace
 
-HPCTRAIN_ML_CLONES
+HPCTRAIN_VECTOR_CLONES
 double squared_distance(const double* a, const double* b, std::int64_t d) noexcept {
   // Eight running sums (lane l takes j = l mod 8), added in a fixed order at the end: the
   // compiler vectorises it without reassociating, and the bits depend on the data alone.
