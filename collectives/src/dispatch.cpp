@@ -130,6 +130,10 @@ void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::s
   if (recv_count == 0) return;
   const std::size_t p = static_cast<std::size_t>(size());
   const std::size_t elem = size_of(type);
+  if (p == 1) {  // the ring does nothing on one rank: its own block is the input
+    if (send != recv) std::memcpy(recv, send, recv_count * elem);
+    return;
+  }
   if (algo == Algorithm::automatic) algo = tuning.choose_reduce_scatter(recv_count * p * elem, size(), ranks_per_node());
   // Both algorithms reduce into a whole vector (the blocks other than rank()'s hold partial
   // reductions), so they work on a scratch vector; the input is read where it lies.
