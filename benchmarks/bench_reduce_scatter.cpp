@@ -1,14 +1,17 @@
-// bench_reduce_scatter: hpctrain's ring reduce-scatter and all-gather (the ZeRO collectives)
-// next to MPI_Reduce_scatter_block and MPI_Allgather, nccl-tests style, in the same run.
+// bench_reduce_scatter: hpctrain's reduce-scatter and all-gather (the ZeRO collectives), per
+// algorithm, next to MPI_Reduce_scatter_block and MPI_Allgather, nccl-tests style, in the same run.
 //
 //   mpirun -n P build/bin/bench_reduce_scatter [--min_bytes=1K] [--max_bytes=64M] [--step=4]
 //          [--iters=20] [--warmup=3] [Google Benchmark flags]
 //
 // Sizes are the whole vector (n bytes, float32; each rank's block n/P). Benchmarks, per size:
-//   reduce_scatter/ring/<n>      Communicator::ireduce_scatter(...).wait() (block semantics)
-//   reduce_scatter/in_place/<n>  ireduce_scatter_in_place: the balanced in-place form ZeRO uses
-//   reduce_scatter/mpi/<n>       MPI_Reduce_scatter_block
-//   allgather/ring/<n>, allgather/in_place/<n>, allgather/mpi/<n>   the same for all-gather
+//   reduce_scatter/ring/<n>          Communicator::ireduce_scatter(..., ring).wait() (block semantics)
+//   reduce_scatter/in_place/<n>      ireduce_scatter_in_place(..., ring): the balanced in-place form ZeRO uses
+//   reduce_scatter/rabenseifner/<n>  the block form by recursive halving (Algorithm::rabenseifner)
+//   reduce_scatter/rabenseifner_in_place/<n>   the in-place form by recursive halving
+//   reduce_scatter/auto/<n>          the block form as `auto` chooses (the cost model)
+//   reduce_scatter/mpi/<n>           MPI_Reduce_scatter_block
+//   allgather/<form>/<n>             the same for all-gather (recursive doubling), MPI_Allgather
 // Each iteration: barrier (untimed), MPI_Wtime around the collective, the slowest rank's time.
 // Counters as nccl-tests has them for these collectives: algbw = n / time (GB/s, 1e9; time =
 // the median iteration), busbw = algbw (p-1)/p; `wrong` = mismatching elements of the last
@@ -27,6 +30,7 @@
 
 namespace {
 
+using hpctrain::coll::Algorithm;
 using hpctrain::coll::Communicator;
 using hpctrain::coll::DataType;
 using hpctrain::coll::ReduceOp;
@@ -38,9 +42,19 @@ struct Options {
 };
 
 enum class Op { reduce_scatter, allgather };
-enum class Form { ring, in_place, mpi };
+/// What runs: an algorithm of ours in the block or the balanced in-place form, or MPI's.
+struct Form {
+  const char* name;
+  Algorithm algo;  ///< Algorithm::mpi: MPI_Reduce_scatter_block / MPI_Allgather
+  bool in_place;
+};
+const Form kForms[] = {{"ring", Algorithm::ring, false},
+                       {"in_place", Algorithm::ring, true},
+                       {"rabenseifner", Algorithm::rabenseifner, false},
+                       {"rabenseifner_in_place", Algorithm::rabenseifner, true},
+                       {"auto", Algorithm::automatic, false},
+                       {"mpi", Algorithm::mpi, false}};
 const char* name(Op op) { return op == Op::reduce_scatter ? "reduce_scatter" : "allgather"; }
-const char* name(Form f) { return f == Form::ring ? "ring" : f == Form::in_place ? "in_place" : "mpi"; }
 
 /// One collective on buffers sized for `count` elements in all (count divisible by P).
 struct Buffers {
@@ -54,10 +68,10 @@ struct Buffers {
 
 /// Untimed, before every run: the in-place forms consume their input, so it is put back (and
 /// the output of the others poisoned, so the check sees only the last iteration's result).
-void reset(const Communicator& comm, Op op, Form form, Buffers& b) {
+void reset(const Communicator& comm, Op op, const Form& form, Buffers& b) {
   const std::size_t per = b.block.size(), r = static_cast<std::size_t>(comm.rank());
   std::fill(b.out.begin(), b.out.end(), std::numeric_limits<float>::quiet_NaN());
-  if (form != Form::in_place) return;
+  if (!form.in_place) return;
   if (op == Op::reduce_scatter) {
     std::copy(b.full.begin(), b.full.end(), b.out.begin());
   } else {
@@ -65,31 +79,34 @@ void reset(const Communicator& comm, Op op, Form form, Buffers& b) {
   }
 }
 
-void run_once(Communicator& comm, Op op, Form form, Buffers& b) {
+void run_once(Communicator& comm, Op op, const Form& form, Buffers& b) {
   const std::size_t count = b.full.size(), per = b.block.size();
+  const bool mpi = form.algo == Algorithm::mpi;
   if (op == Op::reduce_scatter) {
-    if (form == Form::ring) comm.ireduce_scatter(b.full.data(), b.out.data(), per, DataType::f32, ReduceOp::sum).wait();
-    if (form == Form::in_place) comm.ireduce_scatter_in_place(b.out.data(), count, DataType::f32, ReduceOp::sum).wait();
-    if (form == Form::mpi) {
+    if (mpi) {
       HPCTRAIN_CHECK_MPI(MPI_Reduce_scatter_block(b.full.data(), b.out.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM,
                                                   MPI_COMM_WORLD));
+    } else if (form.in_place) {
+      comm.ireduce_scatter_in_place(b.out.data(), count, DataType::f32, ReduceOp::sum, form.algo).wait();
+    } else {
+      comm.ireduce_scatter(b.full.data(), b.out.data(), per, DataType::f32, ReduceOp::sum, form.algo).wait();
     }
     return;
   }
-  if (form == Form::ring) comm.iallgather(b.block.data(), b.out.data(), per, DataType::f32).wait();
-  if (form == Form::in_place) comm.iallgather_in_place(b.out.data(), count, DataType::f32).wait();
-  if (form == Form::mpi) {
+  if (!mpi && form.in_place) comm.iallgather_in_place(b.out.data(), count, DataType::f32, form.algo).wait();
+  if (!mpi && !form.in_place) comm.iallgather(b.block.data(), b.out.data(), per, DataType::f32, form.algo).wait();
+  if (mpi) {
     HPCTRAIN_CHECK_MPI(MPI_Allgather(b.block.data(), static_cast<int>(per), MPI_FLOAT, b.out.data(), static_cast<int>(per),
                                      MPI_FLOAT, MPI_COMM_WORLD));
   }
 }
 
-long long count_wrong(const Communicator& comm, Op op, Form form, const Buffers& b) {
+long long count_wrong(const Communicator& comm, Op op, const Form& form, const Buffers& b) {
   const int p = comm.size();
   const std::size_t per = b.block.size(), r = static_cast<std::size_t>(comm.rank());
   long long wrong = 0;
   if (op == Op::reduce_scatter) {
-    const std::size_t at = form == Form::in_place ? r * per : 0;  // balanced blocks are equal here
+    const std::size_t at = form.in_place ? r * per : 0;  // balanced blocks are equal here
     for (std::size_t i = 0; i < per; ++i) {
       const std::size_t g = r * per + i;
       float want = 0;
@@ -105,6 +122,7 @@ long long count_wrong(const Communicator& comm, Op op, Form form, const Buffers&
 }
 
 void bench(benchmark::State& state, Communicator* comm, Op op, Form form, std::size_t bytes, long long warmup) {
+  // `form` by value: the registered closure keeps its own copy.
   const int p = comm->size();
   Buffers b(bytes / sizeof(float), p, comm->rank());
   for (long long i = 0; i < warmup; ++i) {
@@ -123,7 +141,7 @@ void bench(benchmark::State& state, Communicator* comm, Op op, Form form, std::s
   state.counters["bytes"] = benchmark::Counter(static_cast<double>(bytes));
   state.counters["ranks"] = benchmark::Counter(p);
   state.counters["wrong"] = benchmark::Counter(static_cast<double>(wrong));
-  state.SetLabel(std::string(name(op)) + " " + name(form));
+  state.SetLabel(std::string(name(op)) + " " + form.name);
   if (wrong != 0) state.SkipWithError((std::to_string(wrong) + " wrong elements in the last iteration").c_str());
 }
 
@@ -148,8 +166,8 @@ int run(int& argc, char** argv) {
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step) {
     const std::size_t n = std::max(unit, bytes / unit * unit);  // whole blocks of float32
     for (Op op : {Op::reduce_scatter, Op::allgather}) {
-      for (Form form : {Form::ring, Form::in_place, Form::mpi}) {
-        const std::string label = std::string(name(op)) + "/" + name(form) + "/" + std::to_string(n);
+      for (const Form& form : kForms) {
+        const std::string label = std::string(name(op)) + "/" + form.name + "/" + std::to_string(n);
         benchmark::RegisterBenchmark(label.c_str(), bench, &comm, op, form, n, o.warmup)
             ->Iterations(o.iters)
             ->UseManualTime()

@@ -90,6 +90,18 @@ void recursive_doubling_allreduce(CollContext& ctx, const void* send, void* recv
 /// Any rank count, as recursive_doubling_allreduce.
 void rabenseifner_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count,
                             DataType type, ReduceOp op);
+/// Segment receives in flight per exchange_reduce: enough that one segment is always arriving
+/// while another is reduced (as the double binary tree's window).
+inline constexpr std::size_t kExchangeWindow = 4;
+/// One exchange with `peer` (rabenseifner_allreduce.cpp; also the halving reduce-scatter and its
+/// folds): sends `give` elements from `give_from`, and receives `keep` elements, writing
+/// out[i] = keep_from[i] ⊕ incoming[i] (out may equal keep_from). Both move in segments of `seg`
+/// elements with up to kExchangeWindow receives posted, into `scratch` (kExchangeWindow × seg
+/// elements; null when keep == 0).
+void exchange_reduce(CollContext& ctx, int peer, Tag tag, const std::byte* give_from, std::size_t give,
+                     std::byte* out, const std::byte* keep_from, std::size_t keep, std::size_t seg,
+                     std::byte* scratch, DataType type, ReduceOp op);
+
 /// The dispatch of the point-to-point algorithms (ring, tree, recursive doubling, Rabenseifner),
 /// `send` == `recv` in place; used by Communicator and by the hierarchical algorithm's
 /// inter-node step. Defined in dispatch.cpp, the one dispatch point.
@@ -127,6 +139,16 @@ void ring_reduce_scatter(CollContext& ctx, const void* send, void* buf,
 /// Before: block rank() holds this rank's data. Afterwards every block holds its owner's data.
 void ring_allgather(CollContext& ctx, void* buf, const std::vector<std::size_t>& offsets,
                     DataType type);
+
+// Recursive halving / doubling over the same blocks (recursive_halving.cpp): the same
+// contracts as ring_reduce_scatter / ring_allgather, any rank count (PowerOfTwoFold).
+/// Afterwards block rank() of `buf` holds the reduction of every rank's block rank() of `send`
+/// (`send` may be `buf`); lg p' exchanges, halving the blocks held each time.
+void halving_reduce_scatter(CollContext& ctx, const void* send, void* buf,
+                            const std::vector<std::size_t>& offsets, DataType type, ReduceOp op);
+/// Before: block rank() holds this rank's data. Afterwards every block holds its owner's data;
+/// lg p' exchanges, doubling the blocks held each time.
+void doubling_allgather(CollContext& ctx, void* buf, const std::vector<std::size_t>& offsets, DataType type);
 
 /// Binomial-tree broadcast of `bytes` bytes from `root`.
 void binomial_broadcast(CollContext& ctx, void* buf, std::size_t bytes, int root);

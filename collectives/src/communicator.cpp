@@ -34,6 +34,15 @@ void check_buffers(const char* op, const void* send, const void* recv, std::size
   }
 }
 
+/// Reduce-scatter and all-gather run the ring or the halving/doubling schedule (Algorithm::
+/// rabenseifner); anything else is refused on the calling thread, before any message.
+void check_scatter_algorithm(const char* op, Algorithm algo) {
+  HPCTRAIN_REQUIRE(algo == Algorithm::automatic || algo == Algorithm::ring || algo == Algorithm::rabenseifner,
+                   std::string(op) + ": algorithm '" + std::string(to_string(algo)) +
+                       "' is not built for reduce-scatter / all-gather; use auto, ring or rabenseifner "
+                       "(recursive halving / doubling)");
+}
+
 }  // namespace
 
 // ---- Communicator::Impl plumbing ------------------------------------------------------------
@@ -112,51 +121,60 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
-                                  ReduceOp op) {
+                                  ReduceOp op, Algorithm algo) {
   const std::size_t p = static_cast<std::size_t>(size());
   check_buffers("reduce_scatter", send, recv, recv_count, recv_count * p, recv_count, type);
+  check_scatter_algorithm("reduce_scatter", algo);
   impl_->drain();
-  impl_->run_reduce_scatter(send, recv, recv_count, type, op, impl_->sequence++);
+  impl_->run_reduce_scatter(send, recv, recv_count, type, op, algo, impl_->sequence++);
 }
 
 Work Communicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
-                                   ReduceOp op) {
+                                   ReduceOp op, Algorithm algo) {
   const std::size_t p = static_cast<std::size_t>(size());
   check_buffers("ireduce_scatter", send, recv, recv_count, recv_count * p, recv_count, type);
+  check_scatter_algorithm("ireduce_scatter", algo);
   const std::uint64_t seq = impl_->sequence++;
   Impl* impl = impl_.get();
-  return Work(impl->progress_engine().submit([=] { impl->run_reduce_scatter(send, recv, recv_count, type, op, seq); }));
+  return Work(impl->progress_engine().submit(
+      [=] { impl->run_reduce_scatter(send, recv, recv_count, type, op, algo, seq); }));
 }
 
-void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type, Algorithm algo) {
   const std::size_t p = static_cast<std::size_t>(size());
   auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * size_of(type);
   if (send != own) check_buffers("allgather", send, recv, count, count, count * p, type);
+  check_scatter_algorithm("allgather", algo);
   impl_->drain();
-  impl_->run_allgather(send, recv, count, type, impl_->sequence++);
+  impl_->run_allgather(send, recv, count, type, algo, impl_->sequence++);
 }
 
-Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DataType type) {
+Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DataType type, Algorithm algo) {
   const std::size_t p = static_cast<std::size_t>(size());
   auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * size_of(type);
   if (send != own) check_buffers("iallgather", send, recv, count, count, count * p, type);
+  check_scatter_algorithm("iallgather", algo);
   const std::uint64_t seq = impl_->sequence++;
   Impl* impl = impl_.get();
-  return Work(impl->progress_engine().submit([=] { impl->run_allgather(send, recv, count, type, seq); }));
+  return Work(impl->progress_engine().submit([=] { impl->run_allgather(send, recv, count, type, algo, seq); }));
 }
 
-Work Communicator::ireduce_scatter_in_place(void* buf, std::size_t count, DataType type, ReduceOp op) {
+Work Communicator::ireduce_scatter_in_place(void* buf, std::size_t count, DataType type, ReduceOp op,
+                                            Algorithm algo) {
   check_buffers("ireduce_scatter_in_place", buf, buf, count, count, count, type);
+  check_scatter_algorithm("ireduce_scatter_in_place", algo);
   const std::uint64_t seq = impl_->sequence++;
   Impl* impl = impl_.get();
-  return Work(impl->progress_engine().submit([=] { impl->run_balanced_reduce_scatter(buf, count, type, op, seq); }));
+  return Work(impl->progress_engine().submit(
+      [=] { impl->run_balanced_reduce_scatter(buf, count, type, op, algo, seq); }));
 }
 
-Work Communicator::iallgather_in_place(void* buf, std::size_t count, DataType type) {
+Work Communicator::iallgather_in_place(void* buf, std::size_t count, DataType type, Algorithm algo) {
   check_buffers("iallgather_in_place", buf, buf, count, count, count, type);
+  check_scatter_algorithm("iallgather_in_place", algo);
   const std::uint64_t seq = impl_->sequence++;
   Impl* impl = impl_.get();
-  return Work(impl->progress_engine().submit([=] { impl->run_balanced_allgather(buf, count, type, seq); }));
+  return Work(impl->progress_engine().submit([=] { impl->run_balanced_allgather(buf, count, type, algo, seq); }));
 }
 
 BlockRange balanced_block(std::size_t count, int parts, int index) noexcept {

@@ -40,11 +40,15 @@ struct Communicator::Impl {
   // ---- dispatch.cpp: one collective, on the calling or the progress thread ----
   void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      Algorithm algo, std::uint64_t seq);
+  // Reduce-scatter / all-gather: `algo` is ring, rabenseifner or automatic (checked by the caller,
+  // check_scatter_algorithm); automatic is resolved here by the cost model.
   void run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
-                          std::uint64_t seq);
-  void run_allgather(const void* send, void* recv, std::size_t count, DataType type, std::uint64_t seq);
-  void run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op, std::uint64_t seq);
-  void run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq);
+                          Algorithm algo, std::uint64_t seq);
+  void run_allgather(const void* send, void* recv, std::size_t count, DataType type, Algorithm algo,
+                     std::uint64_t seq);
+  void run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op, Algorithm algo,
+                                   std::uint64_t seq);
+  void run_balanced_allgather(void* buf, std::size_t count, DataType type, Algorithm algo, std::uint64_t seq);
   void run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq);
   void run_barrier(std::uint64_t seq);
 

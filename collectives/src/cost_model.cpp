@@ -62,6 +62,23 @@ double rabenseifner_s(double n, int p, Link l, double gamma) {
          fold_s(n, p, l, gamma);
 }
 
+// Reduce-scatter / all-gather of the whole n-byte vector (tuning.hpp gives the formulas).
+double ring_half_s(double n, int p, Link l, double gamma, double segment, bool reduce) {
+  if (p <= 1) return 0.0;
+  const double chunk = n / p;
+  const double segments = std::max(1.0, std::ceil(chunk / segment));
+  return (p - 1) * segments * l.alpha + (p - 1) * chunk * l.beta + (reduce ? (p - 1) * chunk * gamma : 0.0);
+}
+
+double halving_doubling_s(double n, int p, Link l, double gamma, bool reduce) {
+  if (p <= 1) return 0.0;
+  const int lg = floor_lg(p);
+  const double q = static_cast<double>(1 << lg);
+  double t = lg * l.alpha + (q - 1) / q * n * l.beta + (reduce ? (q - 1) / q * n * gamma : 0.0);
+  if (p != (1 << lg)) t += 2.0 * l.alpha + (n + n / p) * l.beta + (reduce ? n * gamma : 0.0);
+  return t;
+}
+
 // shm on one node of k ranks: the better of the sliced (large) and the all-inputs (small) schedule.
 double shm_s(double n, int k, double sync, double shm_beta, double gamma) {
   if (k <= 1) return 0.0;
@@ -129,6 +146,53 @@ double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node
     case Algorithm::mpi: break;
   }
   return t;
+}
+
+namespace {
+
+double scatter_gather_s(const Tuning& tuning, Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node,
+                        bool reduce) noexcept {
+  if ((algo != Algorithm::ring && algo != Algorithm::rabenseifner) || ranks < 1)
+    return std::numeric_limits<double>::infinity();
+  const CostModel& model = tuning.model;
+  const double n = static_cast<double>(bytes);
+  const double scale = model.calibration(algo, n);
+  const int k = (ranks_per_node <= 0 || ranks_per_node > ranks) ? ranks : ranks_per_node;
+  const bool several_nodes = (ranks + k - 1) / k > 1;
+  const Link link = several_nodes ? Link{model.alpha_inter_s, model.beta_inter_s_per_byte * scale}
+                                  : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * scale};
+  const double gamma = model.gamma_s_per_byte * scale;
+  const double t = algo == Algorithm::ring
+                       ? ring_half_s(n, ranks, link, gamma, static_cast<double>(tuning.ring_segment_bytes), reduce)
+                       : halving_doubling_s(n, ranks, link, gamma, reduce);
+  return t + model.overhead_s[static_cast<std::size_t>(algo)];
+}
+
+Algorithm cheaper_scatter_gather(const Tuning& tuning, std::size_t bytes, int ranks, int ranks_per_node,
+                                 bool reduce) noexcept {
+  const bool ring = tuning.auto_algorithms & detail::bit(Algorithm::ring);
+  const bool halving = tuning.auto_algorithms & detail::bit(Algorithm::rabenseifner);
+  if (!halving) return Algorithm::ring;
+  if (!ring) return Algorithm::rabenseifner;
+  return scatter_gather_s(tuning, Algorithm::rabenseifner, bytes, ranks, ranks_per_node, reduce) <
+                 scatter_gather_s(tuning, Algorithm::ring, bytes, ranks, ranks_per_node, reduce)
+             ? Algorithm::rabenseifner
+             : Algorithm::ring;
+}
+
+}  // namespace
+
+double Tuning::predict_reduce_scatter_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
+  return scatter_gather_s(*this, algo, bytes, ranks, ranks_per_node, true);
+}
+double Tuning::predict_allgather_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
+  return scatter_gather_s(*this, algo, bytes, ranks, ranks_per_node, false);
+}
+Algorithm Tuning::choose_reduce_scatter(std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
+  return cheaper_scatter_gather(*this, bytes, ranks, ranks_per_node, true);
+}
+Algorithm Tuning::choose_allgather(std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
+  return cheaper_scatter_gather(*this, bytes, ranks, ranks_per_node, false);
 }
 
 Algorithm Tuning::choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept {

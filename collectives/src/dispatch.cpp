@@ -102,44 +102,74 @@ void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t
   if (op == ReduceOp::avg) detail::divide_by(recv, count, type, size());
 }
 
+namespace {
+
+void block_offsets(std::vector<std::size_t>& offsets, std::size_t block, std::size_t p) {
+  offsets.resize(p + 1);
+  for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * block;
+}
+
+/// The block reduce-scatter of `algo` (ring or rabenseifner, resolved): block rank() of `buf`
+/// receives the reduction.
+void scatter_blocks(detail::CollContext& ctx, Algorithm algo, const void* send, void* buf,
+                    const std::vector<std::size_t>& offsets, DataType type, ReduceOp op) {
+  if (algo == Algorithm::rabenseifner) detail::halving_reduce_scatter(ctx, send, buf, offsets, type, op);
+  else detail::ring_reduce_scatter(ctx, send, buf, offsets, type, op);
+}
+
+void gather_blocks(detail::CollContext& ctx, Algorithm algo, void* buf, const std::vector<std::size_t>& offsets,
+                   DataType type) {
+  if (algo == Algorithm::rabenseifner) detail::doubling_allgather(ctx, buf, offsets, type);
+  else detail::ring_allgather(ctx, buf, offsets, type);
+}
+
+}  // namespace
+
 void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
-                                            ReduceOp op, std::uint64_t seq) {
+                                            ReduceOp op, Algorithm algo, std::uint64_t seq) {
   if (recv_count == 0) return;
   const std::size_t p = static_cast<std::size_t>(size());
   const std::size_t elem = size_of(type);
-  // The ring reduces in place, so it works on a copy of the send buffer.
-  std::vector<std::byte> work(static_cast<const std::byte*>(send),
-                              static_cast<const std::byte*>(send) + recv_count * p * elem);
-  std::vector<std::size_t> offsets(p + 1);
-  for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * recv_count;
-  const WaitPolicy wait_policy = policy("reduce_scatter", Algorithm::ring, seq);
+  if (p == 1) {  // the ring does nothing on one rank: its own block is the input
+    if (send != recv) std::memcpy(recv, send, recv_count * elem);
+    return;
+  }
+  if (algo == Algorithm::automatic) algo = tuning.choose_reduce_scatter(recv_count * p * elem, size(), ranks_per_node());
+  // Both algorithms reduce into a whole vector (the blocks other than rank()'s hold partial
+  // reductions), so they work on a scratch vector; the input is read where it lies.
+  std::vector<std::byte> work(recv_count * p * elem);
+  std::vector<std::size_t> offsets;
+  block_offsets(offsets, recv_count, p);
+  const WaitPolicy wait_policy = policy("reduce_scatter", algo, seq);
   detail::CollContext ctx = context(wait_policy, seq);
-  detail::ring_reduce_scatter(ctx, work.data(), work.data(), offsets, type, detail::combine_op(op));
+  scatter_blocks(ctx, algo, send, work.data(), offsets, type, detail::combine_op(op));
   std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
   if (op == ReduceOp::avg) detail::divide_by(recv, recv_count, type, size());
 }
 
 void Communicator::Impl::run_allgather(const void* send, void* recv, std::size_t count, DataType type,
-                                       std::uint64_t seq) {
+                                       Algorithm algo, std::uint64_t seq) {
   if (count == 0) return;
   const std::size_t p = static_cast<std::size_t>(size());
   const std::size_t elem = size_of(type);
+  if (algo == Algorithm::automatic) algo = tuning.choose_allgather(count * p * elem, size(), ranks_per_node());
   auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * elem;
   if (send != own) std::memcpy(own, send, count * elem);
-  std::vector<std::size_t> offsets(p + 1);
-  for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * count;
-  const WaitPolicy wait_policy = policy("allgather", Algorithm::ring, seq);
+  std::vector<std::size_t> offsets;
+  block_offsets(offsets, count, p);
+  const WaitPolicy wait_policy = policy("allgather", algo, seq);
   detail::CollContext ctx = context(wait_policy, seq);
-  detail::ring_allgather(ctx, recv, offsets, type);
+  gather_blocks(ctx, algo, recv, offsets, type);
 }
 
 void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op,
-                                                     std::uint64_t seq) {
+                                                     Algorithm algo, std::uint64_t seq) {
   if (count == 0) return;
+  if (algo == Algorithm::automatic) algo = tuning.choose_reduce_scatter(count * size_of(type), size(), ranks_per_node());
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", Algorithm::ring, seq);
+  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", algo, seq);
   detail::CollContext ctx = context(wait_policy, seq);
-  detail::ring_reduce_scatter(ctx, buf, buf, offsets, type, detail::combine_op(op));
+  scatter_blocks(ctx, algo, buf, buf, offsets, type, detail::combine_op(op));
   if (op == ReduceOp::avg) {
     const auto r = static_cast<std::size_t>(rank());
     detail::divide_by(static_cast<std::byte*>(buf) + offsets[r] * size_of(type), offsets[r + 1] - offsets[r], type,
@@ -147,12 +177,14 @@ void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t coun
   }
 }
 
-void Communicator::Impl::run_balanced_allgather(void* buf, std::size_t count, DataType type, std::uint64_t seq) {
+void Communicator::Impl::run_balanced_allgather(void* buf, std::size_t count, DataType type, Algorithm algo,
+                                                std::uint64_t seq) {
   if (count == 0) return;
+  if (algo == Algorithm::automatic) algo = tuning.choose_allgather(count * size_of(type), size(), ranks_per_node());
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("allgather(in place)", Algorithm::ring, seq);
+  const WaitPolicy wait_policy = policy("allgather(in place)", algo, seq);
   detail::CollContext ctx = context(wait_policy, seq);
-  detail::ring_allgather(ctx, buf, offsets, type);
+  gather_blocks(ctx, algo, buf, offsets, type);
 }
 
 void Communicator::Impl::run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq) {

@@ -46,9 +46,7 @@ constexpr Tag kFoldTag = 1;       // 2i -> 2i+1: the vector of a rank that sits 
 constexpr Tag kHalvingTag = 2;    // reduce-scatter exchanges
 constexpr Tag kDoublingTag = 3;   // all-gather exchanges
 constexpr Tag kUnfoldTag = 4;     // 2i+1 -> 2i: the result
-// Segment receives in flight per exchange: enough that one segment is always arriving while
-// another is reduced (as the double binary tree's window).
-constexpr std::size_t kWindow = 4;
+constexpr std::size_t kWindow = kExchangeWindow;
 
 /// Elements [begin, end) of the vector.
 struct Range {
@@ -56,10 +54,8 @@ struct Range {
   std::size_t length() const { return end - begin; }
 };
 
-/// One exchange with `peer`: sends `give` elements from `give_from`, and receives `keep`
-/// elements, writing out[i] = keep_from[i] ⊕ incoming[i] (out may equal keep_from). Both move in
-/// segments of `seg` elements with up to kWindow receives posted, into `scratch`
-/// (kWindow × seg elements).
+}  // namespace
+
 void exchange_reduce(CollContext& ctx, int peer, Tag tag, const std::byte* give_from, std::size_t give,
                      std::byte* out, const std::byte* keep_from, std::size_t keep, std::size_t seg,
                      std::byte* scratch, DataType type, ReduceOp op) {
@@ -93,8 +89,6 @@ void exchange_reduce(CollContext& ctx, int peer, Tag tag, const std::byte* give_
   }
   wait_all(t, sends, ctx.policy);
 }
-
-}  // namespace
 
 void rabenseifner_allreduce(CollContext& ctx, const void* send, void* recv, std::size_t count,
                             DataType type, ReduceOp op) {

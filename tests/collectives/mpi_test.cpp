@@ -244,6 +244,85 @@ TEST(MpiCollectives, InPlaceBalancedReduceScatterAllgatherMatchMpi) {
   }
 }
 
+// Every reduce-scatter / all-gather algorithm (ring, rabenseifner = recursive halving /
+// doubling, auto) and form against MPI_Reduce_scatter_block / MPI_Reduce_scatter (balanced
+// blocks) / MPI_Allgather(v), at counts 0, 1, P-1 and 1000003 (trimmed by
+// HPCTRAIN_TEST_MAX_COUNT): i64 and integer-valued f32 sums are exact, so they must equal MPI's;
+// f64 and bf16 sums of random values are checked against the float64 reference and its bound.
+class MpiScatterGather : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(MpiScatterGather, EveryFormMatchesMpiAndTheReference) {
+  const Algorithm algo = GetParam();
+  Communicator comm = make_comm(64 << 10, 64 << 10);
+  const int p = comm.size(), r = comm.rank();
+  const auto up = static_cast<std::size_t>(p);
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, up > 1 ? up - 1 : 2, std::min<std::size_t>(1000003, max_count())}) {
+    const int n = static_cast<int>(count);
+    // Block forms, exact types: against MPI_Reduce_scatter_block.
+    std::vector<float> in_f(count * up), out_f(count, -1.f), ref_f(count);
+    std::vector<std::int64_t> in_i(count * up), out_i(count, -1), ref_i(count);
+    for (std::size_t i = 0; i < in_f.size(); ++i) {
+      in_f[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50.f;
+      in_i[i] = static_cast<std::int64_t>(i) * (r + 3) - 5;
+    }
+    comm.reduce_scatter(in_f.data(), out_f.data(), count, DataType::f32, ReduceOp::sum, algo);
+    Work wi = comm.ireduce_scatter(in_i.data(), out_i.data(), count, DataType::i64, ReduceOp::sum, algo);
+    wi.wait();
+    MPI_Reduce_scatter_block(in_f.data(), ref_f.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Reduce_scatter_block(in_i.data(), ref_i.data(), n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(out_f, ref_f) << "reduce_scatter f32 count=" << count;
+    EXPECT_EQ(out_i, ref_i) << "ireduce_scatter i64 count=" << count;
+    // Block forms, rounding types: against the float64 reference.
+    for (DataType type : {DataType::f64, DataType::bf16}) {
+      const std::size_t elem = size_of(type);
+      std::vector<std::byte> in(count * up * elem), out(count * elem);
+      testing::fill_input(type, ReduceOp::sum, 41, r, in.data(), count * up);
+      comm.reduce_scatter(in.data(), out.data(), count, type, ReduceOp::sum, algo);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto e = testing::expected_value(type, ReduceOp::sum, 41, p, static_cast<std::size_t>(r) * count + i);
+        if (!(std::fabs(testing::load(type, out.data(), i) - e.value) <= e.tolerance)) ++bad;
+      }
+      EXPECT_EQ(bad, 0u) << "reduce_scatter " << to_string(type) << " count=" << count;
+    }
+    // Balanced in-place forms: against MPI_Reduce_scatter and MPI_Allgatherv with the same blocks.
+    std::vector<int> counts(up), displs(up);
+    for (int b = 0; b < p; ++b) {
+      const BlockRange block = balanced_block(count, p, b);
+      counts[static_cast<std::size_t>(b)] = static_cast<int>(block.count);
+      displs[static_cast<std::size_t>(b)] = static_cast<int>(block.offset);
+    }
+    const BlockRange own = balanced_block(count, p, r);
+    std::vector<std::int64_t> buf(in_i.begin(), in_i.begin() + static_cast<std::ptrdiff_t>(count)), ref(own.count);
+    comm.ireduce_scatter_in_place(buf.data(), count, DataType::i64, ReduceOp::sum, algo).wait();
+    MPI_Reduce_scatter(in_i.data(), ref.data(), counts.data(), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_TRUE(std::equal(ref.begin(), ref.end(), buf.begin() + static_cast<std::ptrdiff_t>(own.offset)))
+        << "ireduce_scatter_in_place count=" << count;
+    // All-gathers: out of place (blocking and queued), in place, balanced in place.
+    std::vector<double> mine(count), all(count * up, -1.0), all_q(count * up, -1.0), all_ip(count * up, -1.0),
+        all_ref(count * up);
+    for (std::size_t i = 0; i < count; ++i) mine[i] = r + 1e-3 * static_cast<double>(i);
+    std::copy(mine.begin(), mine.end(), all_ip.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * count));
+    comm.allgather(mine.data(), all.data(), count, DataType::f64, algo);
+    comm.allgather(all_ip.data() + static_cast<std::size_t>(r) * count, all_ip.data(), count, DataType::f64, algo);
+    comm.iallgather(mine.data(), all_q.data(), count, DataType::f64, algo).wait();
+    MPI_Allgather(mine.data(), n, MPI_DOUBLE, all_ref.data(), n, MPI_DOUBLE, MPI_COMM_WORLD);
+    EXPECT_EQ(all, all_ref) << "allgather count=" << count;
+    EXPECT_EQ(all_ip, all_ref) << "allgather(in place) count=" << count;
+    EXPECT_EQ(all_q, all_ref) << "iallgather count=" << count;
+    std::vector<float> gathered(count, -1.f), part(own.count), gathered_ref(count);
+    for (std::size_t i = 0; i < own.count; ++i) part[i] = gathered[own.offset + i] = static_cast<float>(r * 100000 + static_cast<int>(i));
+    comm.iallgather_in_place(gathered.data(), count, DataType::f32, algo).wait();
+    MPI_Allgatherv(part.data(), static_cast<int>(own.count), MPI_FLOAT, gathered_ref.data(), counts.data(),
+                   displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    EXPECT_EQ(gathered, gathered_ref) << "iallgather_in_place count=" << count;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, MpiScatterGather,
+                         ::testing::Values(Algorithm::ring, Algorithm::rabenseifner, Algorithm::automatic),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
 TEST(MpiCollectives, ReduceScatterAllgatherBroadcast) {
   Communicator comm = make_comm(64 << 10, 1 << 20);
   const int p = comm.size(), r = comm.rank();

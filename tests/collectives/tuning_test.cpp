@@ -139,6 +139,55 @@ TEST(CostModel, PredictionsFollowTheFormulas) {
   }
 }
 
+// Reduce-scatter / all-gather (tuning.hpp's formulas, recomputed here): ring vs recursive
+// halving / doubling; auto picks halving for latency-bound vectors, the ring for large ones
+// when the fold (non-power-of-two P) costs more than the ring's extra latency; the candidates
+// of auto_algorithms and HPCTRAIN_ALLREDUCE_ALGO's independence.
+TEST(CostModel, ReduceScatterAndAllgatherFollowTheirFormulas) {
+  const double a = 3e-6, b = 2e-10, ai = 7e-6, bi = 5e-10, g = 3e-10, sb = 1e-10, ss = 2e-6;
+  Tuning t = Tuning::from_file(write_file("scatter.json", model_file(a, b, ai, bi, g, sb, ss)));
+  const double n = 3.0 * kMiB;
+  // 6 ranks on one node: ring chunk 512 KiB < 1 MiB segment, one segment per step.
+  const double p = 6;
+  const double ring_rs = (p - 1) * a + (p - 1) / p * n * b + (p - 1) / p * n * g;
+  const double ring_ag = (p - 1) * a + (p - 1) / p * n * b;
+  EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::ring, 3 * kMiB, 6, 6), ring_rs, 1e-12 * ring_rs);
+  EXPECT_NEAR(t.predict_allgather_s(Algorithm::ring, 3 * kMiB, 6, 6), ring_ag, 1e-12 * ring_ag);
+  // Halving / doubling, 6 ranks on 6 nodes: p' = 4 plus the fold of 2 extra ranks.
+  const double hd_rs = 2 * ai + 3.0 / 4 * n * bi + 3.0 / 4 * n * g + 2 * ai + (n + n / p) * bi + n * g;
+  const double hd_ag = 2 * ai + 3.0 / 4 * n * bi + 2 * ai + (n / p + n) * bi;
+  EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::rabenseifner, 3 * kMiB, 6, 1), hd_rs, 1e-12 * hd_rs);
+  EXPECT_NEAR(t.predict_allgather_s(Algorithm::rabenseifner, 3 * kMiB, 6, 1), hd_ag, 1e-12 * hd_ag);
+  // 8 ranks (no fold): lg 8 = 3 latency terms, the ring's byte terms.
+  const double hd8 = 3 * a + 7.0 / 8 * n * b + 7.0 / 8 * n * g;
+  EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::rabenseifner, 3 * kMiB, 8, 8), hd8, 1e-12 * hd8);
+  EXPECT_TRUE(std::isinf(t.predict_reduce_scatter_s(Algorithm::tree, 4096, 8, 8)));
+  EXPECT_TRUE(std::isinf(t.predict_allgather_s(Algorithm::shm, 4096, 8, 8)));
+  // Latency-bound: halving / doubling from 6 ranks (at 2 ranks both are one exchange: a tie,
+  // to the ring; at 3 and 5 the ring's 2 and 4 steps match lg p' + the fold's 2 and the fold's
+  // bytes decide); 64 MiB at 6 ranks: the fold's 2n bytes lose.
+  for (int ranks : {2, 3, 5}) EXPECT_EQ(t.choose_reduce_scatter(1024, ranks, ranks), Algorithm::ring) << ranks;
+  for (int ranks : {6, 7, 8, 16}) {
+    EXPECT_EQ(t.choose_reduce_scatter(1024, ranks, ranks), Algorithm::rabenseifner) << ranks;
+    EXPECT_EQ(t.choose_allgather(1024, ranks, ranks), Algorithm::rabenseifner) << ranks;
+  }
+  EXPECT_EQ(t.choose_reduce_scatter(64 * kMiB, 6, 6), Algorithm::ring);
+  EXPECT_EQ(t.choose_allgather(64 * kMiB, 6, 6), Algorithm::ring);
+  // The choice is the smaller prediction, at every size and P tried.
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}, kMiB, 64 * kMiB})
+    for (int ranks : {2, 3, 5, 8, 12}) {
+      const Algorithm rs = t.choose_reduce_scatter(bytes, ranks, ranks);
+      const Algorithm other = rs == Algorithm::ring ? Algorithm::rabenseifner : Algorithm::ring;
+      EXPECT_LE(t.predict_reduce_scatter_s(rs, bytes, ranks, ranks), t.predict_reduce_scatter_s(other, bytes, ranks, ranks));
+    }
+  // Restricting auto to the ring keeps the ring; a forced all-reduce algorithm does not apply.
+  t.allreduce_algorithm = Algorithm::tree;
+  EXPECT_EQ(t.choose_reduce_scatter(1024, 8, 8), Algorithm::rabenseifner);
+  t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,tree", "test");
+  EXPECT_EQ(t.choose_reduce_scatter(1024, 8, 8), Algorithm::ring);
+  EXPECT_EQ(t.choose_allgather(1024, 8, 8), Algorithm::ring);
+}
+
 TEST(CostModel, ExplicitAlgorithmAndRestrictionsWin) {
   // Only what this test sets counts (not the caller's environment).
   for (const char* v : {"HPCTRAIN_ALLREDUCE_ALGO", "HPCTRAIN_AUTO_ALGOS", "HPCTRAIN_RING_SEGMENT_BYTES",

@@ -101,18 +101,30 @@ class Communicator {
                               Algorithm algo = Algorithm::automatic,
                               std::size_t block_elements = kReproducibleBlockElements);
 
+  // Reduce-scatter and all-gather take `algo`: Algorithm::ring (the all-reduce ring's two
+  // phases), Algorithm::rabenseifner (its two halves: recursive halving / recursive doubling
+  // over the same blocks, lg p steps; any rank count, the extra ranks folded in pairs) or
+  // Algorithm::automatic (the cheaper of the two in the cost model, Tuning::choose_reduce_scatter
+  // / choose_allgather: halving/doubling for latency-bound vectors, the ring for large ones).
+  // Any other algorithm throws hpctrain::Error naming it. The block layout is the same for
+  // every algorithm; float sums may differ in the last bits between algorithms (another
+  // combination order), integer ones never.
+
   /// MPI_Reduce_scatter_block semantics: `send` holds size()*recv_count elements; rank r
   /// receives the reduction of block r.
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
-                      ReduceOp op);
+                      ReduceOp op, Algorithm algo = Algorithm::automatic);
   /// `recv` (size()*count elements) receives every rank's `count` elements in rank order.
   /// `send` may point at this rank's block of `recv` (in place).
-  void allgather(const void* send, void* recv, std::size_t count, DataType type);
-  /// Non-blocking reduce_scatter (same semantics, same ring); buffers must stay valid and
+  void allgather(const void* send, void* recv, std::size_t count, DataType type,
+                 Algorithm algo = Algorithm::automatic);
+  /// Non-blocking reduce_scatter (same semantics, same algorithms); buffers must stay valid and
   /// untouched until wait() returns. Runs on the progress thread in submission order.
-  Work ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op);
-  /// Non-blocking allgather (same semantics, same ring).
-  Work iallgather(const void* send, void* recv, std::size_t count, DataType type);
+  Work ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
+                       Algorithm algo = Algorithm::automatic);
+  /// Non-blocking allgather (same semantics, same algorithms).
+  Work iallgather(const void* send, void* recv, std::size_t count, DataType type,
+                  Algorithm algo = Algorithm::automatic);
 
   /// In-place reduce-scatter over the balanced partition of `count` elements (block b is
   /// balanced_block(count, size(), b); blocks differ in length by at most one, so any count
@@ -120,10 +132,11 @@ class Communicator {
   /// ranks of their block rank(); the other blocks hold partial reductions (unspecified). No
   /// copy of `buf` is made: this is what a sharded optimiser runs on a gradient bucket.
   /// Non-blocking, on the progress thread; `buf` untouched until wait() returns.
-  Work ireduce_scatter_in_place(void* buf, std::size_t count, DataType type, ReduceOp op);
+  Work ireduce_scatter_in_place(void* buf, std::size_t count, DataType type, ReduceOp op,
+                                Algorithm algo = Algorithm::automatic);
   /// In-place all-gather over the same partition: before, block rank() of `buf` holds this
   /// rank's data; afterwards every block holds its owner's. Non-blocking.
-  Work iallgather_in_place(void* buf, std::size_t count, DataType type);
+  Work iallgather_in_place(void* buf, std::size_t count, DataType type, Algorithm algo = Algorithm::automatic);
   /// Copies root's `count` elements of `buf` to every rank.
   void broadcast(void* buf, std::size_t count, DataType type, int root);
   void barrier();
