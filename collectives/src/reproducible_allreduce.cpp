@@ -101,6 +101,31 @@ HPCTRAIN_ALWAYS_INLINE inline void add_scaled_impl(const T* term, std::int64_t* 
     }
   }
 }
+/// The float path of add_scaled, where 2^s is a normal float: y = x * 2^s is then exact in
+/// float as in double (|y| <= 2^62; a product that lands below float's normal range is below
+/// 1/2 and rounds to 0 either way), so round(y) is the same integer: t = trunc(y) is a float
+/// integer, so float(t) and f = y - t are exact. No float -> double widening and half the bytes
+/// per lane of the double path.
+template <bool Assign>
+HPCTRAIN_ALWAYS_INLINE inline void add_scaled_float_impl(const float* term, std::int64_t* acc, std::size_t n,
+                                                         float scale) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float y = term[i] * scale;
+    const auto t = static_cast<std::int64_t>(y);
+    const float f = y - static_cast<float>(t);
+    const std::int64_t q = t + static_cast<std::int64_t>(f >= 0.5f) - static_cast<std::int64_t>(f <= -0.5f);
+    if constexpr (Assign) acc[i] = q; else acc[i] += q;
+  }
+}
+HPCTRAIN_VECTOR_CLONES void add_scaled_float(const float* t, std::int64_t* acc, std::size_t n, float scale) {
+  add_scaled_float_impl<false>(t, acc, n, scale);
+}
+HPCTRAIN_VECTOR_CLONES void set_scaled_float(const float* t, std::int64_t* acc, std::size_t n, float scale) {
+  add_scaled_float_impl<true>(t, acc, n, scale);
+}
+/// Whether 2^s is a normal float (the float path applies).
+constexpr bool float_scale(int s) { return s >= -126 && s <= 127; }
+
 HPCTRAIN_VECTOR_CLONES void add_scaled(const float* t, std::int64_t* acc, std::size_t n, double f1, double f2, bool o) {
   add_scaled_impl<false>(t, acc, n, f1, f2, o);
 }
@@ -296,6 +321,14 @@ void ReproducibleSum<T>::add_terms(const T* const* terms, std::size_t n_terms) {
     for (std::size_t c = begin; c < end; c += kAddChunk) {
       const std::size_t n = std::min(kAddChunk, end - c);
       std::size_t t = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (float_scale(scale_[b])) {
+          const float f = std::ldexp(1.0f, scale_[b]);
+          if (assign) set_scaled_float(terms[t++] + c, acc_.data() + c, n, f);
+          for (; t < n_terms; ++t) add_scaled_float(terms[t] + c, acc_.data() + c, n, f);
+          continue;
+        }
+      }
       if (assign) set_scaled(terms[t++] + c, acc_.data() + c, n, scale.first, scale.second, second_first);
       for (; t < n_terms; ++t) add_scaled(terms[t] + c, acc_.data() + c, n, scale.first, scale.second, second_first);
     }

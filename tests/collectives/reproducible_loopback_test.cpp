@@ -191,8 +191,15 @@ std::vector<std::vector<T>> chunky_terms(int k, std::size_t count, unsigned salt
     std::vector<T> v(count);
     for (std::size_t i = 0; i < count; ++i) {
       const double u = static_cast<double>(rng() >> 11) * 0x1p-53;
-      v[i] = static_cast<T>(((rng() & 1) ? 1.0 : -1.0) * (0.5 + u) * std::ldexp(1.0, static_cast<int>((i * 7 + t) % 40) - 20));
+      // Elements from 4501 on are 2^-100 smaller: their block's scale 2^s is beyond float's
+      // range (s > 127), so float terms take add_terms' double path there, the float path elsewhere.
+      const int tiny = i >= 4501 ? -100 : 0;
+      v[i] = static_cast<T>(((rng() & 1) ? 1.0 : -1.0) * (0.5 + u) *
+                            std::ldexp(1.0, static_cast<int>((i * 7 + t) % 40) - 20 + tiny));
     }
+    // Ties for the rounding: block 0's largest term is < 2^20, so its scale is 2^(62-20-4) and
+    // +-(t + 1/2) * 2^-38 become exact halves of the fixed-point unit.
+    for (std::size_t i = 1; i < 40; i += 2) v[i] = static_cast<T>(std::ldexp((i % 4 == 1 ? 1 : -1) * (t + 0.5), -38));
     terms.push_back(std::move(v));
   }
   return terms;
@@ -202,7 +209,7 @@ template <class T>
 void check_fused_kernels() {
   // Blocks longer than add_terms' 2048-element chunk and not multiples of it, so chunk
   // boundaries fall inside blocks and the last chunk of each block is partial.
-  const std::vector<std::size_t> ends = {4500, 4501, 10077};
+  const std::vector<std::size_t> ends = {4500, 4501, 10077};  // scales ~2^37, ~2^37, ~2^137
   const std::size_t count = ends.back();
   constexpr int k = 13;
   // Rank 0 holds all terms, rank 1 none (its accumulator must count as zero); two rounds on
@@ -242,8 +249,18 @@ void check_fused_kernels() {
       }
       if (r == 0) {
         for (std::size_t b = 0; b < ends.size(); ++b) scale.push_back(fused.scale_exponent(b));
+        ASSERT_LE(scale[0], 127);  // the float path is exercised
+        ASSERT_GT(scale[2], 127);  // and the double path
       }
     });
+    int ties = 0;
+    for (const auto& t : terms) {
+      for (std::size_t i = 0; i < ends[0]; ++i) {
+        const double y = std::ldexp(static_cast<double>(t[i]), scale[0]);
+        ties += std::fabs(y - std::trunc(y)) == 0.5;
+      }
+    }
+    ASSERT_GE(ties, 100) << "the terms must hold exact halves of the fixed-point unit";
     const auto reference = scalar_fixed_point_sum(terms, ends, scale);
     for (std::size_t r = 0; r < 2; ++r) {
       ASSERT_TRUE(same_bits(results[r], reference)) << "round " << round << " rank " << r;
