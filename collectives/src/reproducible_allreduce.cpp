@@ -103,17 +103,21 @@ HPCTRAIN_ALWAYS_INLINE inline void add_scaled_impl(const T* term, std::int64_t* 
 }
 /// The float path of add_scaled, where 2^s is a normal float: y = x * 2^s is then exact in
 /// float as in double (|y| <= 2^62; a product that lands below float's normal range is below
-/// 1/2 and rounds to 0 either way), so round(y) is the same integer: t = trunc(y) is a float
-/// integer, so float(t) and f = y - t are exact. No float -> double widening and half the bytes
-/// per lane of the double path.
+/// 1/2 and rounds to 0 either way), and round(y) half away from zero is computed in float:
+///   |y| < 1/2: trunc(y) = 0;   |y| >= 2^23: y (already an integer);
+///   otherwise trunc(y + copysign(1/2, y)), which is exact where it matters: for |y| in
+///   [1, 2^23) the sum stays in y's binade (where 1/2 is a multiple of the ulp) or lands in
+///   [2^k, 2^k + 1/2] past it, and for |y| in [1/2, 1) it lies in [1, 3/2]; truncation then
+///   gives round(y) in every case. (Below 1/2 the sum may round up to 1, hence the first case.)
+/// 16 float lanes, no widening to double; the same integers as the double path (tested).
 template <bool Assign>
 HPCTRAIN_ALWAYS_INLINE inline void add_scaled_float_impl(const float* term, std::int64_t* acc, std::size_t n,
                                                          float scale) {
   for (std::size_t i = 0; i < n; ++i) {
     const float y = term[i] * scale;
-    const auto t = static_cast<std::int64_t>(y);
-    const float f = y - static_cast<float>(t);
-    const std::int64_t q = t + static_cast<std::int64_t>(f >= 0.5f) - static_cast<std::int64_t>(f <= -0.5f);
+    const float a = std::fabs(y);
+    const float half = a >= 0.5f && a < 0x1p23f ? std::copysign(0.5f, y) : 0.0f;
+    const auto q = static_cast<std::int64_t>(y + half);  // truncates
     if constexpr (Assign) acc[i] = q; else acc[i] += q;
   }
 }

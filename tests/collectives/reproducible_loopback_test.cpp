@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -200,6 +201,13 @@ std::vector<std::vector<T>> chunky_terms(int k, std::size_t count, unsigned salt
     // Ties for the rounding: block 0's largest term is < 2^20, so its scale is 2^(62-20-4) and
     // +-(t + 1/2) * 2^-38 become exact halves of the fixed-point unit.
     for (std::size_t i = 1; i < 40; i += 2) v[i] = static_cast<T>(std::ldexp((i % 4 == 1 ? 1 : -1) * (t + 0.5), -38));
+    // Fixed-point values next to the rounding's case boundaries (each exact in float).
+    const double edges[] = {0.5 - 0x1p-25, 0.5, 0.5 + 0x1p-24, 1 - 0x1p-24, 1.5 - 0x1p-23, 2.5, 0.25 + 0x1p-26,
+                            0x1p-30,       0x1p22 + 0.5, 0x1p23 - 0.5, 0x1p23 + 1, 0x1p24 + 2, 3.5 - 0x1p-22};
+    for (std::size_t j = 0; j < std::size(edges); ++j) {
+      v[40 + 2 * j] = static_cast<T>(std::ldexp(edges[j], -38));
+      v[41 + 2 * j] = static_cast<T>(std::ldexp(-edges[j], -38));
+    }
     terms.push_back(std::move(v));
   }
   return terms;
