@@ -12,7 +12,8 @@
 ///      ranks) fixes per block the scale 2^s_b with s_b = 62 - E_b - ceil(lg K), K = the total
 ///      number of terms over all ranks;
 ///   3. every term is converted to int64, q = round(x * 2^s_b) (round half away from zero,
-///      computed exactly in double), and added into an int64 accumulator: |q| <= 2^(62 -
+///      computed exactly: in double, or for float terms with 2^s_b a normal float in float,
+///      which gives the same integers), and added into an int64 accumulator: |q| <= 2^(62 -
 ///      ceil lg K), so no partial sum over any subset of the K terms can overflow;
 ///   4. one int64 all-reduce(sum) through any Algorithm, exact and therefore the same bits for
 ///      every algorithm, transport, rank count and term order;
