@@ -9,8 +9,10 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -161,6 +163,122 @@ TEST(ReproducibleSumLoopback, ZeroAndEmpty) {
     comm.allreduce_reproducible(static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 0);
   });
 }
+
+/// The scalar path written out here, independently of the library's kernels: per block the
+/// scale from the agreed exponent, q = llround(x * 2^s) (half away from zero, exact in double),
+/// an int64 sum over the terms, one conversion back.
+template <class T>
+std::vector<T> scalar_fixed_point_sum(const std::vector<std::vector<T>>& terms, const std::vector<std::size_t>& ends,
+                                      const std::vector<int>& scale) {
+  std::vector<T> out(ends.back());
+  std::size_t begin = 0;
+  for (std::size_t b = 0; b < ends.size(); ++b) {
+    for (std::size_t i = begin; i < ends[b]; ++i) {
+      std::int64_t q = 0;
+      for (const auto& t : terms) q += std::llround(std::ldexp(static_cast<double>(t[i]), scale[b]));
+      out[i] = static_cast<T>(std::ldexp(static_cast<double>(q), -scale[b]));
+    }
+    begin = ends[b];
+  }
+  return out;
+}
+
+/// Terms of `count` elements, magnitudes over 40 binades, random signs; `salt` varies them.
+template <class T>
+std::vector<std::vector<T>> chunky_terms(int k, std::size_t count, unsigned salt) {
+  std::vector<std::vector<T>> terms;
+  for (int t = 0; t < k; ++t) {
+    std::mt19937_64 rng(salt * 1000u + static_cast<unsigned>(t));
+    std::vector<T> v(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const double u = static_cast<double>(rng() >> 11) * 0x1p-53;
+      // Elements from 4501 on are 2^-100 smaller: their block's scale 2^s is beyond float's
+      // range (s > 127), so float terms take add_terms' double path there, the float path elsewhere.
+      const int tiny = i >= 4501 ? -100 : 0;
+      v[i] = static_cast<T>(((rng() & 1) ? 1.0 : -1.0) * (0.5 + u) *
+                            std::ldexp(1.0, static_cast<int>((i * 7 + t) % 40) - 20 + tiny));
+    }
+    // Ties for the rounding: block 0's largest term is < 2^20, so its scale is 2^(62-20-4) and
+    // +-(t + 1/2) * 2^-38 become exact halves of the fixed-point unit.
+    for (std::size_t i = 1; i < 40; i += 2) v[i] = static_cast<T>(std::ldexp((i % 4 == 1 ? 1 : -1) * (t + 0.5), -38));
+    // Fixed-point values next to the rounding's case boundaries (each exact in float).
+    const double edges[] = {0.5 - 0x1p-25, 0.5, 0.5 + 0x1p-24, 1 - 0x1p-24, 1.5 - 0x1p-23, 2.5, 0.25 + 0x1p-26,
+                            0x1p-30,       0x1p22 + 0.5, 0x1p23 - 0.5, 0x1p23 + 1, 0x1p24 + 2, 3.5 - 0x1p-22};
+    for (std::size_t j = 0; j < std::size(edges); ++j) {
+      v[40 + 2 * j] = static_cast<T>(std::ldexp(edges[j], -38));
+      v[41 + 2 * j] = static_cast<T>(std::ldexp(-edges[j], -38));
+    }
+    terms.push_back(std::move(v));
+  }
+  return terms;
+}
+
+template <class T>
+void check_fused_kernels() {
+  // Blocks longer than add_terms' 2048-element chunk and not multiples of it, so chunk
+  // boundaries fall inside blocks and the last chunk of each block is partial.
+  const std::vector<std::size_t> ends = {4500, 4501, 10077};  // scales ~2^37, ~2^37, ~2^137
+  const std::size_t count = ends.back();
+  constexpr int k = 13;
+  // Rank 0 holds all terms, rank 1 none (its accumulator must count as zero); two rounds on
+  // the same instance, so stale accumulator values of round 1 would show in round 2.
+  for (unsigned round = 1; round <= 2; ++round) {
+    const auto terms = chunky_terms<T>(k, count, round);
+    std::vector<std::vector<T>> results(2), one_by_one(2);
+    std::vector<int> scale;
+    run_ranks(2, [&](Communicator& comm) {
+      const auto r = static_cast<std::size_t>(comm.rank());
+      ReproducibleSum<T> fused(count, ends, k), plain(count, ends, k);
+      for (unsigned warm = 0; warm < round; ++warm) {  // round 2: the instances were used before
+        std::vector<std::vector<T>> copies(terms.size(), std::vector<T>(count, T(-1)));
+        std::vector<const T*> ptrs;
+        fused.reset();
+        plain.reset();
+        if (r == 0) {
+          for (std::size_t t = 0; t < terms.size(); ++t) {
+            fused.observe_copy(terms[t].data(), copies[t].data());
+            ASSERT_TRUE(same_bits(copies[t], terms[t])) << "observe_copy's copy of term " << t;
+            plain.observe(terms[t].data());
+            ptrs.push_back(copies[t].data());
+          }
+        }
+        fused.agree_scales(comm);
+        plain.agree_scales(comm);
+        if (r == 0) {
+          // In two calls (5 + 8 terms), the second adding onto the first.
+          fused.add_terms(ptrs.data(), 5);
+          fused.add_terms(ptrs.data() + 5, ptrs.size() - 5);
+          for (const auto& t : terms) plain.add(t.data());
+        }
+        results[r].assign(count, T(0));
+        one_by_one[r].assign(count, T(0));
+        fused.finish(comm, results[r].data(), Algorithm::ring);
+        plain.finish(comm, one_by_one[r].data(), Algorithm::ring);
+      }
+      if (r == 0) {
+        for (std::size_t b = 0; b < ends.size(); ++b) scale.push_back(fused.scale_exponent(b));
+        ASSERT_LE(scale[0], 127);  // the float path is exercised
+        ASSERT_GT(scale[2], 127);  // and the double path
+      }
+    });
+    int ties = 0;
+    for (const auto& t : terms) {
+      for (std::size_t i = 0; i < ends[0]; ++i) {
+        const double y = std::ldexp(static_cast<double>(t[i]), scale[0]);
+        ties += std::fabs(y - std::trunc(y)) == 0.5;
+      }
+    }
+    ASSERT_GE(ties, 100) << "the terms must hold exact halves of the fixed-point unit";
+    const auto reference = scalar_fixed_point_sum(terms, ends, scale);
+    for (std::size_t r = 0; r < 2; ++r) {
+      ASSERT_TRUE(same_bits(results[r], reference)) << "round " << round << " rank " << r;
+      ASSERT_TRUE(same_bits(one_by_one[r], reference)) << "round " << round << " rank " << r;
+    }
+  }
+}
+
+TEST(ReproducibleSumLoopback, FusedKernelsSameBitsAsScalarPathFloat) { check_fused_kernels<float>(); }
+TEST(ReproducibleSumLoopback, FusedKernelsSameBitsAsScalarPathDouble) { check_fused_kernels<double>(); }
 
 TEST(ReproducibleSumLoopback, BadLayoutIsRejectedByName) {
   EXPECT_THROW(ReproducibleSum<float>(10, {4, 3, 10}, 2), Error);

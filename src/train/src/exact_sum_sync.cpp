@@ -22,9 +22,12 @@ std::int64_t micro_shard_count(std::int64_t batch_size, std::int64_t micro_shard
   return (batch_size + micro_shard - 1) / micro_shard;
 }
 
-/// Each micro-shard's gradient is copied out of the model's gradient buffer as a term of an
-/// exact fixed-point sum (one scale per parameter tensor); finish() sums the step's terms
-/// exactly over the ranks and writes the result back.
+/// Each micro-shard's gradient is a term of an exact fixed-point sum (one scale per parameter
+/// tensor); finish() sums the step's terms exactly over the ranks and writes the result back.
+/// Where the gradient buffer is host memory, a term stays in it until the next micro-shard
+/// needs the buffer and is then copied out and scanned in one pass (observe_copy); the step's
+/// last term is never copied: finish() scans and adds it in place, and writes the sum over it.
+/// With device gradients every term is copied to the host first.
 class ExactSumSync::Terms {
  public:
   explicit Terms(const models::Sequential<float>& model) : count_(static_cast<std::size_t>(model.parameter_count())) {
@@ -45,32 +48,64 @@ class ExactSumSync::Terms {
     } else {
       sum_->reset();
     }
-    terms_ = 0;
+    stored_ = 0;
+    pending_ = false;
   }
   /// After one micro-shard's backward (the gradient buffer holds only its gradient).
   void collect(const core::Vec<float>& grads) {
-    if (store_.size() < (terms_ + 1) * count_) store_.resize((terms_ + 1) * count_);
-    float* slot = store_.data() + terms_ * count_;
-    Kokkos::deep_copy(HostFloats(slot, count_), grads);
-    sum_->observe(slot);
-    ++terms_;
+    if constexpr (kHostGradients) {
+      pending_ = true;
+    } else {
+      float* slot = next_slot();
+      Kokkos::deep_copy(HostFloats(slot, count_), grads);
+      sum_->observe(slot);
+      ++stored_;
+    }
+  }
+  /// Before the gradient buffer is zeroed for the next micro-shard: keeps the term it holds.
+  void keep(const core::Vec<float>& grads) {
+    if (!pending_) return;
+    float* slot = next_slot();
+    sum_->observe_copy(grads.data(), slot);
+    ++stored_;
+    pending_ = false;
   }
   /// Collective: the exact sum over all ranks' micro-shards, written into `grads`.
   void finish(coll::Communicator& comm, const core::Vec<float>& grads, coll::Algorithm algo) {
+    local_.clear();
+    for (std::size_t t = 0; t < stored_; ++t) local_.push_back(store_.data() + t * count_);
+    if (pending_) {
+      sum_->observe(grads.data());
+      local_.push_back(grads.data());
+    }
     sum_->agree_scales(comm);
-    for (std::size_t t = 0; t < terms_; ++t) sum_->add(store_.data() + t * count_);
-    result_.resize(count_);
-    sum_->finish(comm, result_.data(), algo);
-    Kokkos::deep_copy(grads, ConstHostFloats(result_.data(), count_));
+    sum_->add_terms(local_.data(), local_.size());
+    pending_ = false;
+    if constexpr (kHostGradients) {
+      sum_->finish(comm, grads.data(), algo);  // over the last term: already added
+    } else {
+      result_.resize(count_);
+      sum_->finish(comm, result_.data(), algo);
+      Kokkos::deep_copy(grads, ConstHostFloats(result_.data(), count_));
+    }
   }
 
  private:
+  static constexpr bool kHostGradients = Kokkos::SpaceAccessibility<Kokkos::HostSpace, core::MemSpace>::accessible;
+
+  float* next_slot() {
+    if (store_.size() < (stored_ + 1) * count_) store_.resize((stored_ + 1) * count_);
+    return store_.data() + stored_ * count_;
+  }
+
   std::size_t count_;
   std::vector<std::size_t> block_ends_;
   std::optional<coll::ReproducibleSum<float>> sum_;
   std::int64_t total_terms_ = 0;
-  std::size_t terms_ = 0;
+  std::size_t stored_ = 0;  ///< terms copied into store_
+  bool pending_ = false;    ///< a further term still in the gradient buffer
   std::vector<float> store_, result_;
+  std::vector<const float*> local_;
 };
 
 struct ExactSumSync::Pass : TrainingPass {};
@@ -100,6 +135,7 @@ void ExactSumSync::accumulate(const MicroBatch& micro) {
   for (std::size_t first = 0; first < count; first += shard) {
     const std::size_t rows = std::min(shard, count - first);
     pass_->input.load_rows(micro.batch, first, rows, model_.input_shape());
+    terms_->keep(model_.gradient_buffer());
     model_.zero_gradients();
     const auto position = static_cast<std::int64_t>(first);
     const auto term = static_cast<std::size_t>(term_base_ + (micro.offset_in_batch + position) / micro_shard_);

@@ -12,7 +12,8 @@
 ///      ranks) fixes per block the scale 2^s_b with s_b = 62 - E_b - ceil(lg K), K = the total
 ///      number of terms over all ranks;
 ///   3. every term is converted to int64, q = round(x * 2^s_b) (round half away from zero,
-///      computed exactly in double), and added into an int64 accumulator: |q| <= 2^(62 -
+///      computed exactly: in double, or for float terms with 2^s_b a normal float in float,
+///      which gives the same integers), and added into an int64 accumulator: |q| <= 2^(62 -
 ///      ceil lg K), so no partial sum over any subset of the K terms can overflow;
 ///   4. one int64 all-reduce(sum) through any Algorithm, exact and therefore the same bits for
 ///      every algorithm, transport, rank count and term order;
@@ -41,7 +42,8 @@
 ///   for (auto* g : my_terms) sum.add(g);
 ///   sum.finish(comm, out);
 /// ```
-/// Cost: two passes over the local terms (γ), one all-reduce of #blocks+1 int64 (α), one int64
+/// Cost: two passes over the local terms (γ; observe_copy fuses the first with a copy, add_terms
+/// touches the accumulator once for all terms), one all-reduce of #blocks+1 int64 (α), one int64
 /// all-reduce of `count` elements (twice the bytes of a float all-reduce).
 
 #include <cstddef>
@@ -78,12 +80,19 @@ class ReproducibleSum {
 
   /// Phase 1: notes the magnitudes of one local term (`count` values).
   void observe(const T* term);
+  /// Phase 1 and a copy in one pass: copy[i] = term[i] for all `count` elements, and notes
+  /// the term's magnitudes as observe(term) does (saves re-reading a term that must be kept).
+  void observe_copy(const T* term, T* copy);
   /// Phase 1, one block only (for terms produced block by block).
   void observe_block(std::size_t block, const T* values);
   /// Collective: all-reduce(max) of the block exponents; fixes the scales. Then add().
   void agree_scales(Communicator& comm);
   /// Phase 2: adds one local term exactly (every observed term must be added, and only those).
   void add(const T* term);
+  /// Phase 2 for `n_terms` terms at once, the same bits as add() on each (integer addition is
+  /// exact): walks the elements in cache-sized chunks and adds every term's chunk while the
+  /// accumulator's chunk stays in L1, so the accumulator is read and written once, not once per term.
+  void add_terms(const T* const* terms, std::size_t n_terms);
   /// Collective: exact int64 all-reduce(sum) through `algo`, then out[i] = the sum as T.
   /// `out` may alias a term. The instance can be reused after reset().
   void finish(Communicator& comm, T* out, Algorithm algo = Algorithm::automatic);
@@ -109,6 +118,7 @@ class ReproducibleSum {
   std::vector<std::int64_t> exponent_;  ///< per block: E_b (kEmpty if all zero); then flags
   std::vector<int> scale_;              ///< per block: s_b
   std::vector<std::int64_t> acc_;
+  bool acc_zero_pending_ = true;  ///< acc_ holds stale values: the first add writes instead of adding
   bool agreed_ = false;
 };
 
