@@ -3,7 +3,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "apply_gradient.hpp"
-#include "hpctrain/core/elementwise.hpp"
+#include "hpctrain/train/finite_guard.hpp"
 #include "training_pass.hpp"
 
 namespace hpctrain::train {
@@ -13,7 +13,7 @@ struct BucketedAllreduceSync::Pass : TrainingPass {};
 BucketedAllreduceSync::BucketedAllreduceSync(coll::Communicator& comm, models::Sequential<float>& model,
                                              DataParallelOptions options, Timeline* timeline, ReduceEvery every,
                                              std::function<void()> on_reduced)
-    : model_(model), timeline_(timeline), data_parallel_(comm, model, options, timeline),
+    : model_(model), rank_(comm.rank()), ranks_(comm.size()), timeline_(timeline), data_parallel_(comm, model, options, timeline),
       pass_(std::make_unique<Pass>()), every_(every), on_reduced_(std::move(on_reduced)) {}
 
 BucketedAllreduceSync::~BucketedAllreduceSync() = default;
@@ -82,7 +82,7 @@ GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const {
 }
 
 std::int64_t BucketedAllreduceSync::count_nonfinite_gradient() const {
-  return core::count_nonfinite(model_.gradient_buffer());
+  return count_nonfinite_in_my_block(model_.gradient_buffer(), rank_, ranks_);
 }
 
 }  // namespace hpctrain::train

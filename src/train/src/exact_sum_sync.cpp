@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "apply_gradient.hpp"
-#include "hpctrain/core/elementwise.hpp"
+#include "hpctrain/train/finite_guard.hpp"
 #include "training_pass.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 
@@ -175,6 +175,8 @@ GradientSync::HeldBytes ExactSumSync::held_bytes() const {
   return HeldBytes{bytes, bytes};
 }
 
-std::int64_t ExactSumSync::count_nonfinite_gradient() const { return core::count_nonfinite(model_.gradient_buffer()); }
+std::int64_t ExactSumSync::count_nonfinite_gradient() const {
+  return count_nonfinite_in_my_block(model_.gradient_buffer(), comm_.rank(), comm_.size());
+}
 
 }  // namespace hpctrain::train

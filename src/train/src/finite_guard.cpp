@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/elementwise.hpp"
 
 namespace hpctrain::train {
 
@@ -65,6 +66,11 @@ StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, std::
   if (first_bad[0] < comm.size()) f.loss_rank = first_bad[0];
   if (first_bad[1] < comm.size()) f.gradient_rank = first_bad[1];
   return f;
+}
+
+std::int64_t count_nonfinite_in_my_block(const core::Vec<float>& gradient, int rank, int ranks) {
+  const coll::BlockRange mine = coll::balanced_block(gradient.extent(0), ranks, rank);
+  return core::count_nonfinite<float>(Kokkos::subview(gradient, std::make_pair(mine.offset, mine.offset + mine.count)));
 }
 
 void throw_nonfinite_step(coll::Communicator& comm, const std::string& what) {

@@ -29,9 +29,7 @@ class SharedStateSums {
   /// itself (`shard_is_full`, zero1 before compaction: global offsets). No state: empty.
   SharedStateSums(const models::Sequential<float>& model, const ShardLayout& layout, bool shard_is_full);
 
-  bool empty() const noexcept { return count_ == 0; }
-  /// State elements of the model (the all-reduced count).
-  std::int64_t count() const noexcept { return count_; }
+  /// Bytes it holds (packed values and two indices per state element).
   std::uint64_t bytes() const noexcept;
 
   /// Collective. Moves this rank's summed state slots out of `shard` (zeroing them there),

@@ -314,7 +314,6 @@ struct TrainingLoop {
     result.data_wait_s = times.data_wait_s;
     result.final_train_loss = report.last_train_loss();
     result.checkpoints_written = checkpoints.checkpoints_written();
-    // result.skipped_steps: counted by step_is_finite
     result.parameter_count = model.parameter_count();
     const std::vector<float> params = core::to_host(model.parameter_buffer());
     result.parameter_checksum = parameter_checksum(params.data(), params.size());

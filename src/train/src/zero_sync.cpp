@@ -9,6 +9,7 @@
 
 #include "apply_gradient.hpp"
 #include "hpctrain/core/elementwise.hpp"
+#include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/train/exact_sum_sync.hpp"
 #include "shared_state_sums.hpp"
@@ -76,7 +77,7 @@ double ZeroSync::finish_step() {
 }
 
 std::int64_t ZeroSync::count_nonfinite_gradient() const {
-  if (options_.deterministic) return core::count_nonfinite(model_.gradient_buffer());
+  if (options_.deterministic) return count_nonfinite_in_my_block(model_.gradient_buffer(), comm_.rank(), comm_.size());
   if (options_.stage == 2) return core::count_nonfinite(grad_shard_);
   std::int64_t bad = 0;
   for (const ShardRange& r : layout_.ranges()) {

@@ -46,6 +46,7 @@ class BucketedAllreduceSync final : public GradientSync {
   void record_overlap();
 
   models::Sequential<float>& model_;
+  int rank_, ranks_;  ///< this rank's block of the summed gradient is the part it checks
   Timeline* timeline_;
   DataParallel data_parallel_;
   std::unique_ptr<Pass> pass_;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/core/tensor.hpp"
 #include "hpctrain/train/trainer.hpp"
 
 namespace hpctrain::train {
@@ -33,6 +34,11 @@ struct StepFiniteness {
 /// the part of the summed gradient it holds (GradientSync::count_nonfinite_gradient); every rank
 /// learns whether any of them is non-finite. Costs one all-reduce of two ints.
 StepFiniteness check_finite_step(coll::Communicator& comm, double my_loss, std::int64_t my_nonfinite_gradient);
+
+/// Non-finite elements in rank `rank`'s balanced block (of `ranks`) of `gradient`, a summed
+/// gradient every rank holds whole: the ranks scan it once between them, and
+/// check_finite_step's all-reduce combines their counts.
+std::int64_t count_nonfinite_in_my_block(const core::Vec<float>& gradient, int rank, int ranks);
 
 /// Throws on every rank (rank 0 an Error, the others PeerReportedError, so the cause is printed
 /// once) with `what` and the advice that goes with a non-finite step.

@@ -70,9 +70,10 @@ class GradientSync {
   /// This rank's share of the step's mean loss, valid after finish_step(): the shares of all
   /// ranks sum to the mean loss of the step's samples.
   virtual double step_loss() const = 0;
-  /// NaN or infinite elements in the part of the step's summed gradient this rank holds, after
-  /// finish_step(): the model's whole gradient buffer, or a sharded strategy's shard of it
-  /// (core::count_nonfinite). The trainer checks it is 0 on every rank before apply().
+  /// NaN or infinite elements in this rank's part of the step's summed gradient, after
+  /// finish_step(): its balanced block of a gradient every rank holds whole
+  /// (count_nonfinite_in_my_block), or a sharded strategy's shard. The trainer checks it is 0
+  /// on every rank before apply(); the parts cover the gradient once.
   virtual std::int64_t count_nonfinite_gradient() const = 0;
   /// The parameter update: clips the summed gradient to the global L2 norm `clip_norm`
   /// (0: no clipping), sets the learning rate `lr` and steps `optimizer`. Returns after the

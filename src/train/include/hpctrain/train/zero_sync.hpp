@@ -68,8 +68,9 @@ class ZeroSync final : public GradientSync {
   void accumulate(const MicroBatch& micro) override { inner_->accumulate(micro); }
   double finish_step() override;
   double step_loss() const override { return inner_->step_loss(); }
-  /// deterministic: the whole exact gradient (every rank has it); zero2: the shard; zero1: the
-  /// owned blocks at their places in the gradient buffer (apply() compacts them).
+  /// deterministic: this rank's balanced block of the whole exact gradient (every rank has it);
+  /// zero2: the shard; zero1: the owned blocks at their places in the gradient buffer (apply()
+  /// compacts them).
   std::int64_t count_nonfinite_gradient() const override;
   double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
   bool overlap_observed() const override { return inner_->overlap_observed(); }
