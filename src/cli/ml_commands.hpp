@@ -15,9 +15,9 @@ struct MlArgs {
   CLI::App* logreg = nullptr;
   CLI::App* predict = nullptr;
   double l2 = 0.0;
-  double logreg_l2 = 1e-4, logreg_tol = 1e-6, linreg_tol = 1e-8;
+  double logreg_l2 = 1e-4, logreg_tol = 1e-4, linreg_tol = 1e-8;
   std::string solver = "normal";
-  std::string products = "f64";   ///< logreg: f64 | f32  ///< linreg: normal | lbfgs
+  std::string products = "f32";   ///< logreg: f32 (default) | f64  ///< linreg: normal | lbfgs
   std::string data, out, init = "kmeans-parallel";
   std::int64_t init_rounds = 5;
   double oversampling = 2.0;

@@ -75,7 +75,7 @@ f_ref = objective(x, y, sk.coef_, sk.intercept_, lam)
 metrics = os.path.join(args.workdir, "metrics.jsonl")
 bytes_by_np = {}
 for np_ in (1, 2, 3, 4):
-    extra = ["--l2", str(lam), "--tol", "1e-9", "--eval-data", test]
+    extra = ["--l2", str(lam), "--tol", "1e-9", "--eval-data", test, "--products", "f64"]
     if np_ == 2:
         extra += ["--metrics", metrics]
     r = fit(np_, train, *extra)
@@ -94,11 +94,11 @@ for np_ in (1, 2, 3, 4):
     check(abs(acc_test - sk.score(xt, yt)) <= 0.002, f"np{np_}: test accuracy {acc_test} vs sklearn {sk.score(xt, yt)}")
 check(len(bytes_by_np) == 4 and len(set(bytes_by_np.values())) == 1,
       "/coefficients bytes or the data checksum differ over np 1..4")
-# --products f32: single-precision products, same objective to 1e-5 of scikit-learn's optimum,
-# same bytes at np 1 and 3.
+# --products f32 (the default): single-precision products, same objective to 1e-5 of
+# scikit-learn's optimum, same bytes at np 1 and 3 (np 3 with the flag, np 1 by default).
 f32_bytes = {}
 for np_ in (1, 3):
-    r = fit(np_, train, "--l2", str(lam), "--tol", "1e-9", "--products", "f32")
+    r = fit(np_, train, "--l2", str(lam), "--tol", "1e-9", *(["--products", "f32"] if np_ == 3 else []))
     if r:
         f32_bytes[np_] = r[0].tobytes() + r[1].tobytes()
         check(objective(x, y, r[0], r[1], lam) <= f_ref * (1 + 1e-5),
@@ -133,6 +133,34 @@ if os.path.exists(metrics):
     check(all(its[i + 1]["objective"] <= its[i]["objective"] for i in range(len(its) - 1)), "objective rises")
 else:
     check(False, "--metrics file missing")
+
+# The stopping rule is scikit-learn's: max |g_i| <= tol over (W, b). The gradient of the written
+# model, computed here in float64, meets it; the fit stopped at the first iteration whose
+# recorded max |g_i| met it; and scikit-learn at the same tol stops near the same objective.
+def gradient(x, y, w, b, lam):
+    z = x @ w.T + b
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1.0
+    return np.concatenate([(p.T @ x / len(y) + lam * w).ravel(), p.mean(0)])
+
+
+rule_metrics = os.path.join(args.workdir, "rule.jsonl")
+for tol in (1e-3, 1e-5):
+    r = fit(2, train, "--l2", str(lam), "--tol", str(tol), "--products", "f64", "--metrics", rule_metrics)
+    if not r:
+        continue
+    g = np.abs(gradient(x, y, r[0], r[1], lam)).max()
+    check(r[2]["converged"] == 1 and g <= tol * (1 + 1e-6), f"tol {tol}: converged {r[2]['converged']}, max|g| {g}")
+    its = [json.loads(line) for line in open(rule_metrics)]
+    its = [i for i in its if i["type"] == "iteration"]
+    check(its and its[-1]["gradient_max_abs"] <= tol and all(i["gradient_max_abs"] > tol for i in its[:-1]),
+          f"tol {tol}: did not stop at the first iteration meeting the rule: {[i['gradient_max_abs'] for i in its]}")
+    check(abs(its[-1]["gradient_max_abs"] - g) <= 1e-9 + 1e-6 * g, f"tol {tol}: recorded {its[-1]['gradient_max_abs']} vs {g}")
+    check(all(its[i + 1]["seconds"] >= its[i]["seconds"] >= 0 for i in range(len(its) - 1)), "iteration seconds")
+    sk_t = LogisticRegression(C=1.0 / (n * lam), tol=tol, max_iter=100000).fit(x, y)
+    f_sk, f_h = objective(x, y, sk_t.coef_, sk_t.intercept_, lam), objective(x, y, r[0], r[1], lam)
+    check(abs(f_h - f_sk) <= 10 * tol * abs(f_sk), f"tol {tol}: objective {f_h} vs scikit-learn's {f_sk} at the same tol")
 
 # Bad input.
 nolabels = os.path.join(args.workdir, "nolabels.h5")

@@ -52,7 +52,7 @@ fits = {
     "kmeans-parallel": ["kmeans", "--k", "10", "--seed", "3", "--tol", "0", "--max-iter", "15"],
     "kmeans++": ["kmeans", "--k", "10", "--seed", "3", "--init", "kmeans++", "--max-iter", "15"],
     "kmeans-random-std": ["kmeans", "--k", "7", "--seed", "5", "--init", "random", "--standardize"],
-    "logreg-f64": ["logreg", "--max-iter", "15"],
+    "logreg-f64": ["logreg", "--max-iter", "15", "--products", "f64"],
     "logreg-f32": ["logreg", "--max-iter", "15", "--products", "f32"],
     "logreg-std-eval": ["logreg", "--max-iter", "10", "--standardize", "--eval-data", "DATA"],
     "linreg-std": ["linreg", "--standardize"],

@@ -21,8 +21,15 @@ struct Search {
   const LbfgsOptions* options;
   std::int64_t vars;
   std::int64_t evaluations = 0, iterations = 0;
+  bool met_max_abs = false;  // LbfgsStop::max_abs ended the search (progress returned 1)
   std::exception_ptr error;  // an exception must not cross libLBFGS's C frames
 };
+
+double max_abs(const lbfgsfloatval_t* g, std::int64_t vars) {
+  double m = 0.0;
+  for (std::int64_t i = 0; i < vars; ++i) m = std::max(m, std::abs(g[i]));
+  return m;
+}
 
 lbfgsfloatval_t evaluate(void* instance, const lbfgsfloatval_t* x, lbfgsfloatval_t* g, int n, lbfgsfloatval_t) {
   auto& s = *static_cast<Search*>(instance);
@@ -38,22 +45,28 @@ lbfgsfloatval_t evaluate(void* instance, const lbfgsfloatval_t* x, lbfgsfloatval
   }
 }
 
-int progress(void* instance, const lbfgsfloatval_t*, const lbfgsfloatval_t*, lbfgsfloatval_t fx, lbfgsfloatval_t,
+// Called by libLBFGS after each iteration; a non-zero return ends the search with that code.
+int progress(void* instance, const lbfgsfloatval_t*, const lbfgsfloatval_t* g, lbfgsfloatval_t fx, lbfgsfloatval_t,
              lbfgsfloatval_t gnorm, lbfgsfloatval_t, int, int k, int) {
   auto& s = *static_cast<Search*>(instance);
   if (s.error) return 1;
   s.iterations = k;
-  if (!s.options->on_iteration) return 0;
-  try {
-    s.options->on_iteration(k, fx, gnorm);
-  } catch (...) {
-    s.error = std::current_exception();
-    return 1;
+  const bool by_max_abs = s.options->stop == LbfgsStop::max_abs;
+  const double measure = by_max_abs ? max_abs(g, s.vars) : gnorm;
+  if (s.options->on_iteration) {
+    try {
+      s.options->on_iteration(k, fx, measure);
+    } catch (...) {
+      s.error = std::current_exception();
+      return 1;
+    }
   }
-  return 0;
+  s.met_max_abs = by_max_abs && measure <= s.options->tol;
+  return s.met_max_abs ? 1 : 0;
 }
 
-std::string describe_status(int code) {
+std::string describe_status(int code, bool met_max_abs) {
+  if (met_max_abs) return "converged: max |g_i| <= tol";
   switch (code) {
     case LBFGS_SUCCESS: return "converged: ||g|| < tol * max(1, ||x||)";
     case LBFGS_ALREADY_MINIMIZED: return "converged: the initial point is already a minimiser";
@@ -68,7 +81,7 @@ std::string describe_status(int code) {
 }  // namespace
 
 LbfgsResult minimize_lbfgs(std::int64_t vars, const Objective& f, const LbfgsOptions& options, const char* who) {
-  Search s{&f, &options, vars, 0, 0, nullptr};
+  Search s{&f, &options, vars, 0, 0, false, nullptr};
   // libLBFGS built with SSE wants a multiple of 16 variables; the padding has gradient 0.
   const int n = static_cast<int>((vars + 15) / 16 * 16);
   std::unique_ptr<lbfgsfloatval_t, decltype(&lbfgs_free)> x(lbfgs_malloc(n), &lbfgs_free);
@@ -77,18 +90,19 @@ LbfgsResult minimize_lbfgs(std::int64_t vars, const Objective& f, const LbfgsOpt
   lbfgs_parameter_t param;
   lbfgs_parameter_init(&param);
   param.m = options.history;
-  param.epsilon = options.tol;
+  // libLBFGS's own test is off under max_abs (epsilon 0 stops only at a zero gradient).
+  param.epsilon = options.stop == LbfgsStop::relative_norm ? options.tol : 0.0;
   param.max_iterations = static_cast<int>(options.max_iter);
   lbfgsfloatval_t fx = 0.0;
   const int code = lbfgs(n, x.get(), &fx, evaluate, progress, &s, &param);
   if (s.error) std::rethrow_exception(s.error);
   HPCTRAIN_REQUIRE(code >= 0 || code == LBFGSERR_MAXIMUMITERATION || code == LBFGSERR_ROUNDING_ERROR ||
                        code == LBFGSERR_MINIMUMSTEP || code == LBFGSERR_MAXIMUMLINESEARCH,
-                   fmt::format("{}: L-BFGS failed ({})", who, describe_status(code)));
+                   fmt::format("{}: L-BFGS failed ({})", who, describe_status(code, false)));
   LbfgsResult r;
   r.x.assign(x.get(), x.get() + vars);
-  r.converged = code == LBFGS_SUCCESS || code == LBFGS_ALREADY_MINIMIZED;
-  r.status = describe_status(code);
+  r.converged = code == LBFGS_SUCCESS || code == LBFGS_ALREADY_MINIMIZED || s.met_max_abs;
+  r.status = describe_status(code, s.met_max_abs);
   r.iterations = s.iterations;
   // The objective of the returned point, defined the same way whatever stopped the search.
   std::vector<double> g(static_cast<std::size_t>(vars));

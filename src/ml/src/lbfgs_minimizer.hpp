@@ -9,11 +9,18 @@
 
 namespace hpctrain::ml::detail {
 
+/// Which gradient test ends the search (besides max_iter).
+enum class LbfgsStop {
+  relative_norm,  ///< ||g|| < tol * max(1, ||x||): libLBFGS's own epsilon test
+  max_abs,        ///< max_i |g_i| <= tol: SciPy's L-BFGS-B `pgtol`, scikit-learn's `tol` for lbfgs
+};
+
 struct LbfgsOptions {
   std::int64_t max_iter = 300;
-  double tol = 1e-6;  ///< stop when ||g|| < tol * max(1, ||x||) (libLBFGS's epsilon)
+  double tol = 1e-6;  ///< the tolerance of `stop`
+  LbfgsStop stop = LbfgsStop::relative_norm;
   int history = 10;   ///< correction pairs
-  /// After each iteration: (iteration, objective, gradient norm).
+  /// After each iteration: (iteration, objective, the measure `stop` tests: ||g|| or max |g_i|).
   std::function<void(std::int64_t, double, double)> on_iteration;
 };
 
@@ -21,7 +28,7 @@ struct LbfgsResult {
   std::vector<double> x;
   double objective = 0.0;  ///< f(x), evaluated once more at the returned x
   std::int64_t iterations = 0, evaluations = 0;
-  bool converged = false;  ///< stopped by the gradient-norm rule
+  bool converged = false;  ///< stopped by the gradient test of LbfgsOptions::stop
   std::string status;      ///< which rule stopped it, in words
 };
 

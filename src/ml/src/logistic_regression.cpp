@@ -67,13 +67,14 @@ void loss_and_residual(Problem& pb, const double* b, std::int64_t sub, std::int6
   }
 }
 
-/// block_term with single-precision products: per sub-block sgemm logits, then the gradient
-/// G^T X accumulated in float over the whole sum block and added to the double term once.
+/// block_term with single-precision products: per sub-block sgemm logits, then the sub-block's
+/// gradient G^T X (64 samples) in float, added to the double term at once (a float sum over a
+/// whole block left L-BFGS 1e-4 above the optimum at 300 iterations on Fashion-MNIST).
 void block_term_f32(Problem& pb, const double* b, std::int64_t first, std::int64_t count, double* term) {
   const std::int64_t c = pb.classes, d = pb.features;
   pb.z.resize(static_cast<std::size_t>(detail::kSubBlockRows * c));
   pb.z32.resize(pb.z.size());
-  pb.grad32.assign(static_cast<std::size_t>(c * d), 0.0f);
+  pb.grad32.resize(static_cast<std::size_t>(c * d));
   pb.x32.resize(static_cast<std::size_t>(detail::kSubBlockRows * d));
   for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
     const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
@@ -83,9 +84,10 @@ void block_term_f32(Problem& pb, const double* b, std::int64_t first, std::int64
     std::copy(pb.z32.begin(), pb.z32.begin() + rows * c, pb.z.begin());
     loss_and_residual(pb, b, sub, rows, term);
     std::copy(pb.z.begin(), pb.z.begin() + rows * c, pb.z32.begin());
-    detail::add_transpose_times_rows(pb.z32.data(), rows, c, x, d, pb.grad32.data());  // += G^T X
+    std::fill(pb.grad32.begin(), pb.grad32.end(), 0.0f);
+    detail::add_transpose_times_rows(pb.z32.data(), rows, c, x, d, pb.grad32.data());  // G^T X
+    for (std::int64_t i = 0; i < c * d; ++i) term[1 + i] += pb.grad32[static_cast<std::size_t>(i)];
   }
-  for (std::int64_t i = 0; i < c * d; ++i) term[1 + i] += pb.grad32[static_cast<std::size_t>(i)];
 }
 
 /// term = [sum of losses, sum of (p - e_y) x^T (C x d), sum of (p - e_y) (C)] over one block,
@@ -149,6 +151,7 @@ LogisticRegressionResult fit_logistic_regression(coll::Communicator& comm, const
   detail::LbfgsOptions lo;
   lo.max_iter = options.max_iter;
   lo.tol = options.tol;
+  lo.stop = detail::LbfgsStop::max_abs;
   lo.history = options.history;
   lo.on_iteration = options.on_iteration;
   const detail::LbfgsResult m = detail::minimize_lbfgs(

@@ -18,10 +18,12 @@
 /// same L-BFGS path: the model has the same bytes at P = 1, 2, 3, ...
 /// Cost per evaluation: 4 N C d γ / P (the two gemms) + α + 24 (C (d + 1) + 1) β.
 ///
-/// Stopping rule (libLBFGS's): ||g|| < tol * max(1, ||(W, b)||) with the Euclidean norms of the
-/// gradient and the variables, or max_iter iterations. A line search that can make no further
-/// progress at the precision of f (libLBFGS's rounding-error and minimum-step codes) also
-/// stops the fit; `status` says which rule stopped it.
+/// Stopping rule: max_i |g_i| <= tol over the gradient of f in (W, b), tested after each
+/// iteration — scikit-learn's rule for its lbfgs solver (SciPy L-BFGS-B's `pgtol`, the projected
+/// gradient, which without bounds is the gradient), so both sides stop at the same tolerance on
+/// the same objective — or max_iter iterations. A line search that can make no further progress
+/// at the precision of f (libLBFGS's rounding-error and minimum-step codes) also stops the fit;
+/// `status` says which rule stopped it.
 
 #include <cstdint>
 #include <functional>
@@ -38,15 +40,15 @@ struct LogisticRegressionOptions {
   std::int64_t classes = 0;   ///< C (>= 2): labels are 0..C-1
   double l2 = 1e-4;           ///< λ of the objective (>= 0)
   std::int64_t max_iter = 300;
-  double tol = 1e-6;          ///< gradient-norm tolerance of the stopping rule (> 0)
+  double tol = 1e-4;          ///< stop when max |g_i| <= tol (> 0; scikit-learn's default)
   int history = 10;           ///< L-BFGS correction pairs kept
   /// The two products (logits, gradient) in single precision: sgemm on each sub-block's rows
-  /// widened to float (DatasetSlice::widen_rows), the gradient accumulated in float over each sum block (1024 samples); softmax,
-  /// loss and every sum over blocks stay double and exact. About twice the speed; f and its
-  /// gradient carry ~1e-7 relative error, so L-BFGS may end by its line search (rounding)
-  /// before the gradient-norm rule. Still the same bits at any P.
+  /// widened to float (DatasetSlice::widen_rows), each sub-block's gradient product (64 samples)
+  /// added to the double term at once; softmax, loss and every sum stay double (the block sums
+  /// exact). About twice the speed; f and its gradient carry ~1e-7 relative error, so L-BFGS may
+  /// end by its line search (rounding) before the gradient rule. Still the same bits at any P.
   bool f32_products = false;
-  /// Called on every rank after each L-BFGS iteration with (iteration, objective, gradient norm).
+  /// Called on every rank after each L-BFGS iteration with (iteration, objective, max |g_i|).
   std::function<void(std::int64_t, double, double)> on_iteration;
 };
 
@@ -57,7 +59,7 @@ struct LogisticRegressionResult {
   double objective = 0.0;            ///< f at the returned (W, b)
   std::int64_t iterations = 0;       ///< L-BFGS iterations
   std::int64_t evaluations = 0;      ///< passes over the data (f and gradient)
-  bool converged = false;            ///< stopped by the gradient-norm rule
+  bool converged = false;            ///< stopped by the gradient rule (max |g_i| <= tol)
   std::string status;                ///< which rule stopped the fit, in words
 };
 
