@@ -74,8 +74,9 @@ struct FitData {
 /// otherwise a uint8 file's samples stay as stored and the fitter widens them block by block.
 FitData read_fit_data(const MlArgs& a, coll::Communicator& comm, ml::SliceColumns columns, bool as_f64 = false) {
   FitData f;
-  f.part = ml::partition_samples(ml::dataset_sample_count(a.data), comm.rank(), comm.size());
-  f.data = ml::read_dataset_slice(a.data, f.part, columns);
+  ml::RankSlice slice = ml::read_rank_slice(a.data, comm.rank(), comm.size(), columns);
+  f.part = slice.part;
+  f.data = std::move(slice.data);
   if (as_f64) f.data.widen_all();
   f.checksum = ml::data_checksum(comm, f.part, f.data);
   if (a.standardize) {
@@ -217,8 +218,7 @@ int run_logreg(const MlArgs& a, coll::Communicator& comm) {
   const double train_accuracy = ml::logistic_accuracy(comm, r, data);
   double test_accuracy = -1.0;
   if (!a.eval_data.empty()) {
-    const auto tpart = ml::partition_samples(ml::dataset_sample_count(a.eval_data), comm.rank(), comm.size());
-    auto test = ml::read_dataset_slice(a.eval_data, tpart, classification_columns());
+    auto test = ml::read_rank_slice(a.eval_data, comm.rank(), comm.size(), classification_columns()).data;
     if (f.standardized) ml::apply_standardization(f.scaling, test);  // the training set's scaling
     HPCTRAIN_REQUIRE(test.features == data.features && test.classes == data.classes,
                      "--eval-data '" + a.eval_data + "': its samples or classes differ from --data's");
@@ -257,13 +257,11 @@ int run_logreg(const MlArgs& a, coll::Communicator& comm) {
 
 int run_predict(const MlArgs& a, coll::Communicator& comm) {
   const ml::ModelFileContents model = ml::read_model_file(a.model);
-  const std::int64_t n = ml::dataset_sample_count(a.data);
-  const auto part = ml::partition_samples(n, comm.rank(), comm.size());
-  auto data = ml::read_dataset_slice(a.data, part, {});
-  const ml::Predictions p = ml::predict_slice(model, a.model, data);
+  ml::RankSlice slice = ml::read_rank_slice(a.data, comm.rank(), comm.size(), {});
+  const ml::Predictions p = ml::predict_slice(model, a.model, slice.data);
   ml::write_predictions(comm, p, a.out, {a.model, a.data});
   if (comm.rank() == 0) {
-    std::printf("hpctrain: wrote %s: %lld %s predictions%s\n", a.out.c_str(), static_cast<long long>(n),
+    std::printf("hpctrain: wrote %s: %lld %s predictions%s\n", a.out.c_str(), static_cast<long long>(slice.part.total_samples),
                 model.model.c_str(), p.classes > 0 ? " and class probabilities" : "");
     std::fflush(stdout);
   }

@@ -312,8 +312,8 @@ void append_piece(DatasetSlice& out, DatasetSlice&& piece, bool first_piece) {
 /// (io::shards_overlapping), each shard checked against the index before its rows are read,
 /// concatenated in order. A rank without samples reads 0 rows of the shard holding its start,
 /// so that every rank sees the same columns (labels present or not, classes, names).
-DatasetSlice read_sharded_slice(const std::string& dir, const SamplePartition& part, SliceColumns columns) {
-  const io::ShardIndex index = io::read_shard_index(dir);
+DatasetSlice read_sharded_slice(const std::string& dir, const io::ShardIndex& index, const SamplePartition& part,
+                                SliceColumns columns) {
   HPCTRAIN_REQUIRE(index.info.count == part.total_samples,
                    fmt::format("sharded data set '{}': holds {} samples, the partition was made for {}", dir,
                                index.info.count, part.total_samples));
@@ -346,12 +346,25 @@ DatasetSlice read_sharded_slice(const std::string& dir, const SamplePartition& p
 }  // namespace
 
 DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, SliceColumns columns) {
-  if (io::is_sharded_dataset(path)) return read_sharded_slice(path, part, columns);
+  if (io::is_sharded_dataset(path)) return read_sharded_slice(path, io::read_shard_index(path), part, columns);
   return read_file_rows(path, 0, part.first_sample, part.sample_count, columns, [&](const io::DatasetInfo& opened) {
     HPCTRAIN_REQUIRE(opened.count == part.total_samples,
                      fmt::format("data set '{}' {}: holds {} samples, the partition was made for {}", path,
                                  io::DatasetFormat::samples, opened.count, part.total_samples));
   });
+}
+
+RankSlice read_rank_slice(const std::string& path, int rank, int ranks, SliceColumns columns) {
+  RankSlice r;
+  if (io::is_sharded_dataset(path)) {
+    const io::ShardIndex index = io::read_shard_index(path);
+    r.part = partition_samples(index.info.count, rank, ranks);
+    r.data = read_sharded_slice(path, index, r.part, columns);
+  } else {
+    r.part = partition_samples(dataset_sample_count(path), rank, ranks);
+    r.data = read_dataset_slice(path, r.part, columns);
+  }
+  return r;
 }
 
 }  // namespace hpctrain::ml

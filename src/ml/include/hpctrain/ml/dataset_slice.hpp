@@ -118,4 +118,14 @@ struct SliceColumns {
 /// the root attribute `classes` >= 2 and every label in [0, classes).
 DatasetSlice read_dataset_slice(const std::string& path, const SamplePartition& part, SliceColumns columns);
 
+/// A rank's share of a data set and the rows it holds.
+struct RankSlice {
+  SamplePartition part;
+  DatasetSlice data;
+};
+
+/// partition_samples over the data set's N samples for `rank` of `ranks`, then its rows as
+/// read_dataset_slice reads them; a sharded directory's index is read once for both.
+RankSlice read_rank_slice(const std::string& path, int rank, int ranks, SliceColumns columns);
+
 }  // namespace hpctrain::ml
