@@ -11,12 +11,16 @@
 /// read through it), so training gives the same bits either way.
 ///
 /// Memory: count x sample_size floats plus count labels per rank (Fashion-MNIST's training
-/// split: 188 MB). The trainer uses it only when that is at most --data-in-memory-mib.
+/// split: 188 MB). The trainer uses it only when that is at most --data-in-memory-mib. The
+/// samples live in one block asked to be backed by transparent huge pages (madvise) and not
+/// zero-filled first: faulting in 188 MB page by page took 0.6-0.7 s of a run's start here.
 
 #include "hpctrain/io/dataset.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 namespace hpctrain::io {
@@ -35,8 +39,11 @@ class InMemoryDataset final : public SampleSource {
             std::vector<std::int32_t>& labels) const override;
 
  private:
+  struct Free {
+    void operator()(float* p) const noexcept { std::free(p); }
+  };
   DatasetInfo info_;
-  std::vector<float> samples_;
+  std::unique_ptr<float[], Free> samples_;  // count x sample_size
   std::vector<std::int32_t> labels_;
 };
 
