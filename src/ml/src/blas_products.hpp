@@ -5,14 +5,12 @@
 #include <cstdint>
 
 #include "hpctrain/core/environment.hpp"
+#include "hpctrain/core/gemm.hpp"
 
 extern "C" {
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc, std::size_t transa_len, std::size_t transb_len);
-void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
-            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc,
-            std::size_t transa_len, std::size_t transb_len);
 }
 
 namespace hpctrain::ml::detail {
@@ -35,18 +33,24 @@ inline void add_transpose_times_rows(const double* g, std::int64_t rows, std::in
   dgemm_("N", "T", &m, &n, &kk, &one, x, &m, g, &n, &one, acc, &m, 1, 1);
 }
 
-/// The same two products in single precision (logreg --products f32).
+/// The same two products in single precision (logreg --products f32), through the compute
+/// core's gemm: oneDNN's matmul (AVX-512 brgemm kernels, one primitive per shape, cached) where
+/// the build has oneDNN, else KokkosBlas -> OpenBLAS. At logreg's shapes (64 x 784 times
+/// 784 x 10) oneDNN ran the fit's products in about half of OpenBLAS's time on this image, whose
+/// OPENBLAS_CORETYPE=Haswell selects the AVX2 kernels (docs/ml.md). Deterministic for a fixed
+/// shape and thread count (one thread during a fit: SingleBlasThread sets oneDNN's too).
 inline void rows_times_transpose(const float* x, std::int64_t rows, std::int64_t d, const float* w, std::int64_t k,
                                  float* z) {
-  const int m = static_cast<int>(k), n = static_cast<int>(rows), kk = static_cast<int>(d);
-  const float one = 1.0f, zero = 0.0f;
-  sgemm_("T", "N", &m, &n, &kk, &one, w, &kk, x, &kk, &zero, z, &m, 1, 1);
+  using core::Matrix;
+  core::gemm(core::Trans::no, core::Trans::yes, 1.0f, Matrix<float>(const_cast<float*>(x), rows, d), Matrix<float>(const_cast<float*>(w), k, d),
+             0.0f, Matrix<float>(z, rows, k));
 }
-inline void add_transpose_times_rows(const float* g, std::int64_t rows, std::int64_t k, const float* x, std::int64_t d,
-                                     float* acc) {
-  const int m = static_cast<int>(d), n = static_cast<int>(k), kk = static_cast<int>(rows);
-  const float one = 1.0f;
-  sgemm_("N", "T", &m, &n, &kk, &one, x, &m, g, &n, &one, acc, &m, 1, 1);
+/// acc (k x d) = g^T x (beta 0: acc's old contents are ignored).
+inline void transpose_times_rows(const float* g, std::int64_t rows, std::int64_t k, const float* x, std::int64_t d,
+                                 float* acc) {
+  using core::Matrix;
+  core::gemm(core::Trans::yes, core::Trans::no, 1.0f, Matrix<float>(const_cast<float*>(g), rows, k), Matrix<float>(const_cast<float*>(x), rows, d),
+             0.0f, Matrix<float>(acc, k, d));
 }
 
 /// Rows per pass inside a sum block: the products of a sub-block run while its rows (64 x d

@@ -84,8 +84,7 @@ void block_term_f32(Problem& pb, const double* b, std::int64_t first, std::int64
     std::copy(pb.z32.begin(), pb.z32.begin() + rows * c, pb.z.begin());
     loss_and_residual(pb, b, sub, rows, term);
     std::copy(pb.z.begin(), pb.z.begin() + rows * c, pb.z32.begin());
-    std::fill(pb.grad32.begin(), pb.grad32.end(), 0.0f);
-    detail::add_transpose_times_rows(pb.z32.data(), rows, c, x, d, pb.grad32.data());  // G^T X
+    detail::transpose_times_rows(pb.z32.data(), rows, c, x, d, pb.grad32.data());  // G^T X
     for (std::int64_t i = 0; i < c * d; ++i) term[1 + i] += pb.grad32[static_cast<std::size_t>(i)];
   }
 }
