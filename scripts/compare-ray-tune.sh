@@ -6,7 +6,7 @@
 # --budget-s seconds. See docs/sweeps.md for the figures measured.
 #
 #   scripts/compare-ray-tune.sh [--trials 8] [--epochs 4] [--target 0.85] [--budget-s 30]
-#                               [--cpus C] [--repeats 1] [--draws same|own] [--out DIR]
+#                               [--cpus C] [--per-trial K] [--repeats 1] [--draws same|own] [--out DIR]
 #
 # --draws same (default): Ray evaluates the trial parameters hpctrain's sweep drew, in the same
 # order (BasicVariantGenerator's points_to_evaluate), so the two sides run the same trials and
@@ -17,14 +17,16 @@
 # (the one scripts/compare-torch.sh makes: torch==2.15.0 h5py numpy; several GB), Ray in
 # ${HPCTRAIN_RAY_VENV:-build/ray-venv} (ray[tune]==2.60.0), which sees the torch venv's
 # packages through a .pth file. Data: Fashion-MNIST as hpctrain imports it ($HPCTRAIN_DATA_DIR).
-# hpctrain runs `mpirun -n C hpctrain sweep --ranks-per-trial 1` (C trials at once, one thread
-# each); Ray runs with num_cpus=C and one CPU (one torch thread) per trial.
+# --per-trial K (default 1) gives every trial K of the C cores on both sides: hpctrain runs
+# `mpirun -n C hpctrain sweep --ranks-per-trial K` (C/K trials at once, each K ranks of one
+# thread, data parallel); Ray runs with num_cpus=C and K CPUs (K torch intra-op threads) per
+# trial, C/K trials at once.
 set -euo pipefail
 # Open MPI refuses to run as root unless told (these machines run as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HPCTRAIN_BUILD_DIR:-$root/build}
-trials=8 epochs=4 target=0.85 budget=30 cpus=$(getconf _NPROCESSORS_ONLN) repeats=1 out="" draws=same
+trials=8 epochs=4 target=0.85 budget=30 cpus=$(getconf _NPROCESSORS_ONLN) repeats=1 out="" draws=same per_trial=1
 while (($#)); do
   case $1 in
     --trials) trials=$2; shift 2 ;;
@@ -32,6 +34,7 @@ while (($#)); do
     --target) target=$2; shift 2 ;;
     --budget-s) budget=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
+    --per-trial) per_trial=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --draws) draws=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -39,6 +42,8 @@ while (($#)); do
   esac
 done
 [[ $draws == same || $draws == own ]] || { echo "compare-ray-tune: --draws must be same or own, got '$draws'" >&2; exit 2; }
+[[ $per_trial =~ ^[1-9][0-9]*$ ]] && (( cpus % per_trial == 0 )) ||
+  { echo "compare-ray-tune: --per-trial must be a positive divisor of --cpus ($cpus), got '$per_trial'" >&2; exit 2; }
 out=${out:-$root/results/compare-ray-tune-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 export HPCTRAIN_DATA_DIR=${HPCTRAIN_DATA_DIR:-$build/data}
@@ -68,12 +73,12 @@ hpctrain=$build/bin/hpctrain
 mpirun=(mpirun -n "$cpus" --oversubscribe)
 "$hpctrain" data import-idx --help > /dev/null  # the binary is there
 now() { date +%s.%N; }
-echo "compare-ray-tune: $trials trials x $epochs epochs, ASHA grace 1 rf 2, $cpus CPUs, target $target," \
-     "budget $budget s, draws $draws; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "compare-ray-tune: $trials trials x $epochs epochs, ASHA grace 1 rf 2, $cpus CPUs, $per_trial per trial," \
+     "target $target, budget $budget s, draws $draws; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((i = 1; i <= repeats; i++)); do
   rm -rf "$out/hpctrain-$i" "$out/ray-storage-$i"
   t0=$(now)
-  "${mpirun[@]}" "$hpctrain" sweep --space "$out/space.json" --ranks-per-trial 1 --scheduler asha \
+  "${mpirun[@]}" "$hpctrain" sweep --space "$out/space.json" --ranks-per-trial "$per_trial" --scheduler asha \
     --asha-grace-epochs 1 --asha-reduction-factor 2 --max-trials "$trials" --out "$out/hpctrain-$i" --quiet
   t1=$(now)
   points=()
@@ -85,7 +90,7 @@ json.dump([r["params"] for r in records], open(sys.argv[2], "w"))' "$out/hpctrai
   fi
   "$ray_venv/bin/python" "$root/benchmarks/peers/ray_tune_asha.py" --space "$out/space.json" "${points[@]}" \
     --train "$HPCTRAIN_DATA_DIR/fashion-mnist-train.h5" --test "$HPCTRAIN_DATA_DIR/fashion-mnist-test.h5" \
-    --trials "$trials" --cpus "$cpus" --grace 1 --reduction-factor 2 --storage "$out/ray-storage-$i" \
+    --trials "$trials" --cpus "$cpus" --cpus-per-trial "$per_trial" --grace 1 --reduction-factor 2 --storage "$out/ray-storage-$i" \
     > "$out/ray-$i.json"
   t2=$(now)
   /usr/bin/python3 - "$out" "$i" "$t0" "$t1" "$t2" "$target" "$budget" <<'PY'

@@ -53,7 +53,7 @@ def search_space(spec):
 
 
 def trainable(config):
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(config.get("threads", 1)))
     x, y = load_split(config["train"], MEAN, STD)
     xt, yt = load_split(config["test"], MEAN, STD)
     torch.manual_seed(config["seed"])
@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--test", required=True)
     ap.add_argument("--trials", type=int, required=True)
     ap.add_argument("--cpus", type=int, required=True)
+    ap.add_argument("--cpus-per-trial", type=int, default=1,
+                    help="CPUs (torch intra-op threads) each trial holds; cpus // this trials run at once")
     ap.add_argument("--grace", type=int, default=1)
     ap.add_argument("--reduction-factor", type=float, default=2)
     ap.add_argument("--storage", required=True)
@@ -88,7 +90,11 @@ def main():
     base = spec.get("base", {})
     epochs = int(base.get("epochs", 1))
     space = search_space(spec["search"])
-    space.update({"train": a.train, "test": a.test, "epochs": epochs, "seed": int(spec.get("seed", 0))})
+    if a.cpus_per_trial < 1 or a.cpus % a.cpus_per_trial:
+        raise SystemExit(f"ray_tune_asha.py: --cpus-per-trial {a.cpus_per_trial} must divide --cpus {a.cpus}")
+    concurrent = a.cpus // a.cpus_per_trial
+    space.update({"train": a.train, "test": a.test, "epochs": epochs, "seed": int(spec.get("seed", 0)),
+                  "threads": a.cpus_per_trial})
     if "global-batch" not in space and "global_batch" not in space:
         space["global-batch"] = int(base.get("global-batch", base.get("global_batch", 128)))
     ray.init(num_cpus=a.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -97,8 +103,8 @@ def main():
     search_alg = None
     if a.points:
         points = [{k.replace("_", "-"): v for k, v in p.items()} for p in json.load(open(a.points))]
-        search_alg = tune.search.BasicVariantGenerator(points_to_evaluate=points, max_concurrent=a.cpus)
-    tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": 1}), param_space=space,
+        search_alg = tune.search.BasicVariantGenerator(points_to_evaluate=points, max_concurrent=concurrent)
+    tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": a.cpus_per_trial}), param_space=space,
                        tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=a.trials,
                                                    search_alg=search_alg),
                        run_config=tune.RunConfig(storage_path=os.path.abspath(a.storage), verbose=0))
