@@ -20,8 +20,11 @@
 #           and the table also gives the seconds hpctrain took to reach each side's objective
 #           (from hpctrain's per-iteration records), so sides that stop elsewhere still compare.
 #           The "gap" column is each side's objective relative to the lowest one of the task.
-#   kmeans: hpctrain relative inertia change <= tol; scikit-learn centre shift tol; Spark tol
-#           (centre movement); k-means++ (Spark: k-means||), one initialisation.
+#   kmeans: ONE rule for hpctrain and scikit-learn: the summed squared centre shift of an
+#           iteration <= --kmeans-tol x the mean feature variance (scikit-learn's tol; hpctrain's
+#           --stop shift, its default); Spark: its tol (every centre moves less than tol), its own
+#           rule. Initialisation: hpctrain k-means||, scikit-learn k-means++, Spark k-means||; one
+#           initialisation each.
 #   linreg: normal equations on every side (scikit-learn: lstsq).
 # The objective, inertia and test accuracy of every side are computed by one numpy scorer
 # (benchmarks/peers/ml_peers.py) from the model each side returns, so they are comparable.

@@ -108,6 +108,8 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
   o.k = a.k;
   o.max_iter = a.max_iter;
   o.tol = a.tol;
+  o.stop = a.kmeans_stop == "inertia" ? ml::KMeansStop::inertia : ml::KMeansStop::shift;
+  o.f32_products = a.products == "f32";
   o.seed = a.seed;
   o.init = a.init == "random" ? ml::KMeansInit::random
            : a.init == "kmeans++" ? ml::KMeansInit::plusplus
@@ -134,6 +136,8 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
     m.model = "kmeans";
     m.arrays.push_back({"/centroids", {static_cast<hsize_t>(r.k), static_cast<hsize_t>(r.features)}, r.centroids});
     m.real_attributes = {{"inertia", r.inertia}, {"tol", a.tol}};
+    m.string_attributes.emplace_back("stop", a.kmeans_stop);
+    m.string_attributes.emplace_back("products", a.products);
     if (purity >= 0) m.real_attributes.emplace_back("purity", purity);
     m.int_attributes = {{"iterations", r.iterations}, {"k", r.k}, {"converged", r.converged ? 1 : 0},
                         {"seed", static_cast<std::int64_t>(a.seed)}};
@@ -277,7 +281,17 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
   a.kmeans->add_option("--data", a.data, "hpctrain HDF5 data set file or sharded directory (samples = stored value x scale)")->required();
   a.kmeans->add_option("--k", a.k, "Number of clusters (1..samples)")->required();
   a.kmeans->add_option("--max-iter", a.max_iter, "Most Lloyd iterations")->capture_default_str();
-  a.kmeans->add_option("--tol", a.tol, "Stop when the inertia changes by at most tol x inertia")->capture_default_str();
+  a.kmeans->add_option("--tol", a.tol, "Tolerance of --stop")->capture_default_str();
+  a.kmeans->add_option("--stop", a.kmeans_stop,
+                       "Convergence test: shift (scikit-learn's: the squared centre shift of an iteration, summed "
+                       "over centroids, <= tol x the mean feature variance) or inertia (|change| <= tol x inertia)")
+      ->check(CLI::IsMember({"shift", "inertia"}))
+      ->capture_default_str();
+  a.kmeans->add_option("--products", a.products,
+                       "Precision of the Lloyd assignments' dots x.c: f32 (the default: float gemm on oneDNN, "
+                       "distances and sums in double) or f64")
+      ->check(CLI::IsMember({"f64", "f32"}))
+      ->capture_default_str();
   a.kmeans->add_option("--seed", a.seed, "Seed of the counter-based RNG of the initialisation")->capture_default_str();
   a.kmeans->add_option("--init", a.init, "Initialisation")
       ->check(CLI::IsMember({"kmeans-parallel", "kmeans++", "random"}))

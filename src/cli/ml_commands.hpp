@@ -17,6 +17,7 @@ struct MlArgs {
   double l2 = 0.0;
   double logreg_l2 = 1e-4, logreg_tol = 1e-4, linreg_tol = 1e-8;
   std::string solver = "normal";
+  std::string kmeans_stop = "shift";  ///< kmeans: shift (scikit-learn's rule) | inertia
   std::string products = "f32";   ///< logreg: f32 (default) | f64  ///< linreg: normal | lbfgs
   std::string data, out, init = "kmeans-parallel";
   std::int64_t init_rounds = 5;

@@ -44,7 +44,7 @@ write_dataset(blobs, y, scale=0.1)
 bytes_by_np = {}
 for np_ in (1, 2, 3, 4):
     out = os.path.join(args.workdir, f"exact-np{np_}.h5")
-    p = run(np_, "kmeans", "--data", exact, "--k", "3", "--out", out)
+    p = run(np_, "kmeans", "--data", exact, "--k", "3", "--products", "f64" if np_ % 2 else "f32", "--out", out)
     check(p.returncode == 0, f"kmeans exact np{np_} exit {p.returncode}: {p.stderr.strip()}")
     if p.returncode:
         continue
@@ -107,6 +107,42 @@ for np_ in (1, 2):
         expect = sum(np.bincount(lab[near == c], minlength=3).max() for c in range(3) if np.any(near == c)) / len(y)
         check(abs(got - expect) < 1e-12, f"purity np{np_}: {got} vs numpy {expect}")
         check("purity" in p.stdout, "purity not printed")
+
+# Stopping rules: --stop shift (the default, scikit-learn's: the summed squared centre shift <=
+# tol x the mean feature variance) stops at the first iteration whose shift, computed here from
+# the per-iteration centroids of --max-iter runs, meets it; --stop inertia at the first whose
+# relative inertia change does. --products f64 and f32 (the default) give the same clustering
+# here (no near ties).
+yf = y.astype(np.float32).astype(np.float64)
+tol = 1e-3
+scale = yf.var(0).mean()
+def centroids_after(np_, iters, *extra):
+    out = os.path.join(args.workdir, f"stop-{iters}.h5")
+    p = run(np_, "kmeans", "--data", labelled, "--k", "3", "--seed", "4", "--init", "random", "--max-iter", str(iters),
+            "--tol", "0", *extra, "--out", out)
+    check(p.returncode == 0, f"kmeans stop {iters}: {p.stderr.strip()[:300]}")
+    with h5py.File(out) as f:
+        return np.array(f["centroids"]), int(f.attrs["iterations"]), int(f.attrs["converged"])
+p = run(2, "kmeans", "--data", labelled, "--k", "3", "--seed", "4", "--init", "random", "--tol", str(tol),
+        "--metrics", os.path.join(args.workdir, "stop.jsonl"), "--out", os.path.join(args.workdir, "stop.h5"))
+with h5py.File(os.path.join(args.workdir, "stop.h5")) as f:
+    stopped_at, conv = int(f.attrs["iterations"]), int(f.attrs["converged"])
+check(conv == 1 and stopped_at >= 2, f"--stop shift: converged {conv} after {stopped_at}")
+if stopped_at >= 2:
+    runs = [centroids_after(2, i)[0] for i in range(stopped_at - 1, stopped_at + 1)]
+    before = centroids_after(2, stopped_at - 2)[0] if stopped_at > 2 else None
+    shift_last = ((runs[1] - runs[0]) ** 2).sum()
+    check(shift_last <= tol * scale * (1 + 1e-9), f"--stop shift: last shift {shift_last} > {tol * scale}")
+    if before is not None:
+        shift_prev = ((runs[0] - before) ** 2).sum()
+        check(shift_prev > tol * scale, f"--stop shift: stopped late (shift {shift_prev} already met {tol * scale})")
+c64 = centroids_after(2, 50, "--products", "f64")[0]
+c32 = centroids_after(2, 50, "--products", "f32")[0]
+check(np.array_equal(c64, c32), f"--products f64 / f32 differ: {c64} vs {c32}")
+p = run(2, "kmeans", "--data", labelled, "--k", "3", "--seed", "4", "--init", "random", "--tol", "1e-9",
+        "--stop", "inertia", "--out", os.path.join(args.workdir, "stop-inertia.h5"))
+with h5py.File(os.path.join(args.workdir, "stop-inertia.h5")) as f:
+    check(int(f.attrs["converged"]) == 1 and f.attrs["stop"] == "inertia", "--stop inertia did not converge")
 
 # ---- bad input --------------------------------------------------------------------------
 bad = os.path.join(args.workdir, "nan.h5")

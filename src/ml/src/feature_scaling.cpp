@@ -15,7 +15,7 @@
 
 namespace hpctrain::ml {
 
-Standardization fit_standardization(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data) {
+Standardization feature_moments(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data) {
   const std::int64_t d = data.features;
   const auto width = static_cast<std::size_t>(d);
   const auto n = static_cast<double>(part.total_samples);
@@ -39,8 +39,13 @@ Standardization fit_standardization(coll::Communicator& comm, const SamplePartit
       }
     });
   });
+  for (auto& v : s.std) v = std::sqrt(v / n);
+  return s;
+}
+
+Standardization fit_standardization(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data) {
+  Standardization s = feature_moments(comm, part, data);
   for (auto& v : s.std) {
-    v = std::sqrt(v / n);
     if (!(v > 0.0)) v = 1.0;  // a constant feature is centred only
   }
   return s;

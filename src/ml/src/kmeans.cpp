@@ -1,5 +1,6 @@
 // Lloyd's k-means with exact, P-independent per-cluster sums; see kmeans.hpp.
 #include "hpctrain/ml/kmeans.hpp"
+#include "hpctrain/ml/feature_scaling.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,8 +26,12 @@ struct Assignment {
   double inertia = 0.0;
 };
 
+void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
+                           const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
+                           double* sums);
+
 Assignment assign(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
-                  const std::vector<double>& centroids, std::int64_t k) {
+                  const std::vector<double>& centroids, std::int64_t k, bool f32_products = false) {
   const std::int64_t d = data.features;
   Assignment a;
   a.counts.assign(static_cast<std::size_t>(k), 0);
@@ -36,7 +41,11 @@ Assignment assign(coll::Communicator& comm, const SamplePartition& part, const D
   std::vector<double> total = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count,
                                                                             double* term) {
     // The per-cluster sums come from the same cache-resident pass (term holds k x d sums first).
-    nearest_centroids(data, first, count, centroids, k, label.data() + first, a.d2.data() + first, term);
+    if (f32_products) {
+      nearest_centroids_f32(data, first, count, centroids, k, label.data() + first, a.d2.data() + first, term);
+    } else {
+      nearest_centroids(data, first, count, centroids, k, label.data() + first, a.d2.data() + first, term);
+    }
     for (std::int64_t i = first; i < first + count; ++i) {
       const auto at = static_cast<std::size_t>(i);
       term[width - 1] += a.d2[at];
@@ -111,6 +120,52 @@ void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const
   }
 }
 
+/// nearest_in_sub_block with single-precision dots: x32 holds the sub-block's f64 rows x rounded
+/// to float; the dots x.c come from the compute core's float gemm (oneDNN) and only pick the
+/// nearest centroid; the squared distance and the sums are taken from the f64 rows, as in
+/// nearest_in_sub_block.
+HPCTRAIN_VECTOR_CLONES
+void nearest_in_sub_block_f32(const double* x, float* x32, std::int64_t n, std::int64_t d,
+                              const std::vector<float>& c32, const std::vector<double>& centroids, std::int64_t k,
+                              const std::vector<double>& norms, float* dots, std::int64_t* label, double* d2,
+                              double* sums) {
+  for (std::int64_t e = 0; e < n * d; ++e) x32[e] = static_cast<float>(x[e]);
+  detail::rows_times_transpose(x32, n, d, c32.data(), k, dots);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* g = dots + i * k;
+    std::int64_t arg = 0;
+    double best = std::numeric_limits<double>::infinity();
+    for (std::int64_t c = 0; c < k; ++c) {
+      const double score = norms[static_cast<std::size_t>(c)] - 2.0 * static_cast<double>(g[c]);
+      if (score < best) {  // strict: ties go to the lowest index
+        best = score;
+        arg = c;
+      }
+    }
+    label[i] = arg;
+    const double* row = x + i * d;
+    d2[i] = squared_distance(row, centroids.data() + arg * d, d);
+    double* sum = sums + arg * d;
+    for (std::int64_t j = 0; j < d; ++j) sum[j] += row[j];
+  }
+}
+
+void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
+                           const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
+                           double* sums) {
+  const std::int64_t d = data.features;
+  const std::vector<double> norms = centroid_norms(centroids, k, d);
+  const std::vector<float> c32(centroids.begin(), centroids.end());
+  std::vector<float> dots(static_cast<std::size_t>(detail::kSubBlockRows * k));
+  std::vector<float> x32(static_cast<std::size_t>(detail::kSubBlockRows * d));
+  std::vector<double> widened;
+  for_each_f64_block(data, first, rows, detail::kSubBlockRows, widened, [&](const double* x, std::int64_t at,
+                                                                           std::int64_t n) {
+    const std::int64_t sub = at - first;
+    nearest_in_sub_block_f32(x, x32.data(), n, d, c32, centroids, k, norms, dots.data(), label + sub, d2 + sub, sums);
+  });
+}
+
 }  // namespace
 
 void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
@@ -137,6 +192,24 @@ void nearest_centroids(const DatasetSlice& data, std::int64_t first, std::int64_
   });
 }
 
+namespace {
+
+/// Mean over features of their population variance (scikit-learn's _tolerance scale).
+double mean_variance(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data) {
+  const Standardization m = feature_moments(comm, part, data);
+  double sum = 0.0;
+  for (const double s : m.std) sum += s * s;
+  return m.std.empty() ? 0.0 : sum / static_cast<double>(m.std.size());
+}
+
+double squared_shift(const std::vector<double>& a, const std::vector<double>& b) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += (b[i] - a[i]) * (b[i] - a[i]);
+  return sum;
+}
+
+}  // namespace
+
 KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                         const KMeansOptions& o) {
   HPCTRAIN_REQUIRE(o.k >= 1, fmt::format("k-means: --k must be at least 1, got {}", o.k));
@@ -154,9 +227,12 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
   r.k = k;
   r.features = d;
   r.centroids = initial_centroids(comm, part, data, o);
+  const double shift_tol = o.stop == KMeansStop::shift ? o.tol * mean_variance(comm, part, data) : 0.0;
   double previous = std::numeric_limits<double>::infinity();
+  std::vector<double> before;
   for (std::int64_t it = 1; it <= o.max_iter; ++it) {
-    Assignment a = assign(comm, part, data, r.centroids, k);
+    Assignment a = assign(comm, part, data, r.centroids, k, o.f32_products);
+    before = r.centroids;
     for (std::int64_t c = 0; c < k; ++c) {
       const auto n = a.counts[static_cast<std::size_t>(c)];
       if (n == 0) continue;
@@ -172,7 +248,9 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
     }
     r.iterations = it;
     if (o.on_iteration) o.on_iteration(it, a.inertia);
-    if (std::fabs(previous - a.inertia) <= o.tol * a.inertia) {
+    const bool met = o.stop == KMeansStop::shift ? squared_shift(before, r.centroids) <= shift_tol
+                                                   : std::fabs(previous - a.inertia) <= o.tol * a.inertia;
+    if (met) {
       r.converged = true;
       break;
     }

@@ -28,7 +28,13 @@ struct Standardization {
   std::vector<double> std;   ///< d; 1 where the feature is constant
 };
 
-/// Collective: the means and standard deviations of all samples of `data`.
+/// Collective: the means and (population) standard deviations of all samples of `data` as the
+/// fitters see them (after a recorded standardisation), by exact sums: the same bits at any P.
+/// A constant feature has std 0 here.
+Standardization feature_moments(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data);
+
+/// Collective: feature_moments with std 1 for a constant feature (it is centred only), the
+/// scaling --standardize applies.
 Standardization fit_standardization(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data);
 
 /// x_j = (x_j - mean_j) / std_j for every row of `data` (local): in place for SliceStorage::f64,

@@ -11,8 +11,10 @@
 /// squared distances by sum block (exact_block_sum.hpp: exact, P-independent) and the counts
 /// (int64, exact); the new centroid is the cluster's sum / count. A cluster left empty is
 /// re-seeded with the sample farthest from its centroid (ties to the lowest global index; the
-/// next empty cluster takes the next farthest). Stops when |inertia_prev - inertia| <=
-/// tol * inertia, or after max_iter iterations. The reported inertia is that of the returned
+/// next empty cluster takes the next farthest). Stops (KMeansStop) by scikit-learn's rule — the
+/// squared centre shift of an iteration, summed over all centroids, at most tol times the mean
+/// over features of their variance — or by the relative inertia change |inertia_prev - inertia|
+/// <= tol * inertia, or after max_iter iterations. The reported inertia is that of the returned
 /// centroids (one more assignment pass).
 /// Cost per iteration: N K d γ / P for the assignment, plus exact_sum_over_samples of K d + 1
 /// elements (α + 24 (K d + 1) β) and an int64 all-reduce of K counts.
@@ -44,10 +46,23 @@ namespace hpctrain::ml {
 
 enum class KMeansInit { parallel, plusplus, random };
 
+/// The convergence test of the Lloyd iterations.
+enum class KMeansStop {
+  shift,    ///< scikit-learn's: sum_c ||c_new - c_old||^2 <= tol * mean_j var(x_j) (one data pass more)
+  inertia,  ///< |inertia_prev - inertia| <= tol * inertia
+};
+
 struct KMeansOptions {
   std::int64_t k = 8;
   std::int64_t max_iter = 300;
-  double tol = 1e-4;  ///< relative change of the inertia between two iterations
+  double tol = 1e-4;  ///< the tolerance of `stop`
+  KMeansStop stop = KMeansStop::shift;
+  /// Lloyd's assignments pick the nearest centroid from single-precision dots x.c (the compute
+  /// core's float gemm, oneDNN, on each 64-sample sub-block rounded to float); the scores, the
+  /// distances and the cluster sums stay double on the f64 rows, so a centroid is still the f64
+  /// mean of its samples. Near ties may pick another centroid than f64 dots would. Still the
+  /// same bits at any P. The initialisation and the reported inertia (a last f64 pass) are f64.
+  bool f32_products = false;
   std::uint64_t seed = 0;
   KMeansInit init = KMeansInit::parallel;
   std::int64_t init_rounds = 5;  ///< k-means|| rounds (Bahmani et al. suggest ~5; Spark's default is 2)
