@@ -39,3 +39,23 @@ if(HPCTRAIN_FUZZ)
   # itself is linked into the fuzz targets only (tests/fuzz/CMakeLists.txt).
   add_compile_options(-fsanitize=fuzzer-no-link)
 endif()
+
+# HPCTRAIN_CHECK_TARGETS: the targets a checking build's checks run (scripts/sanitize.sh sets
+# it), gathered under one target, hpctrain_check_set, once every part has been added. With the
+# Makefile generator `cmake --build --target A B C` builds A, then B, then C, each to its link,
+# so a one-file test or a link kept the second core idle; one target lets make schedule all of
+# their objects at once.
+set(HPCTRAIN_CHECK_TARGETS "" CACHE STRING
+    "Targets built together by the target hpctrain_check_set (checking builds)")
+function(_hpctrain_add_check_set)
+  add_custom_target(hpctrain_check_set)
+  foreach(t IN LISTS HPCTRAIN_CHECK_TARGETS)
+    if(NOT TARGET ${t})
+      message(FATAL_ERROR "HPCTRAIN_CHECK_TARGETS: '${t}' is not a target of this configuration")
+    endif()
+    add_dependencies(hpctrain_check_set ${t})
+  endforeach()
+endfunction()
+if(HPCTRAIN_CHECK_TARGETS)
+  cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL _hpctrain_add_check_set)
+endif()
