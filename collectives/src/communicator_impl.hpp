@@ -56,6 +56,9 @@ struct Communicator::Impl {
   void run_device_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                             Algorithm algo, std::uint64_t seq);
   std::size_t device_chunks(std::size_t count, DataType type) const noexcept;
+  /// communicator.cpp: argument checks, `algo` resolved, the sequence numbers reserved.
+  std::uint64_t start_device_allreduce(const char* op, const void* send, const void* recv, std::size_t count,
+                                       DataType type, Algorithm& algo);
   void run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq);
   void run_barrier(std::uint64_t seq);
 
