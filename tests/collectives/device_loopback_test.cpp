@@ -75,6 +75,29 @@ TEST(DeviceLoopbackPipeline, CopiesOverlapAndMoveExactBytes) {
   });
 }
 
+// A device-aware transport changes nothing for the algorithms that reduce on the host: they
+// still stage (a direct host read of the stand-in memory would crash).
+TEST(DeviceLoopbackPipeline, DeviceAwareTransportStillStagesHostReductions) {
+  run_loopback_ranks(2, tuning(), [](Communicator& comm) {
+    StandInDevice dev;
+    dev.set_transport_can_read(true);
+    comm.set_device_memory(std::shared_ptr<DeviceMemory>(&dev, [](DeviceMemory*) {}));
+    const std::size_t n = 157;
+    std::vector<std::int32_t> in(n, comm.rank() + 1), out(n);
+    void* buf = dev.allocate(n * sizeof(std::int32_t));
+    dev.copy_to_device(buf, in.data(), n * sizeof(std::int32_t), 0);
+    dev.synchronize(0);
+    dev.reset_counters();
+    comm.allreduce(buf, buf, n, DataType::i32, ReduceOp::sum, MemorySpace::device, Algorithm::ring);
+    EXPECT_EQ(dev.counters().bytes_to_host, n * sizeof(std::int32_t));
+    dev.copy_to_host(out.data(), buf, n * sizeof(std::int32_t), 0);
+    dev.synchronize(0);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 3) << i;
+    dev.deallocate(buf);
+    comm.set_device_memory(nullptr);
+  });
+}
+
 TEST(DeviceLoopbackPipeline, DeviceBuffersWithoutDeviceMemoryAreRefused) {
   run_loopback_ranks(1, tuning(), [](Communicator& comm) {
     float x = 1;

@@ -41,6 +41,10 @@ class StandInDevice final : public DeviceMemory {
   void set_copy_delay_us(unsigned us) { delay_us_ = us; }
   /// The copy number `n` (0-based, counted from now) fails with an error.
   void fail_copy(std::uint64_t n);
+  /// What transport_can_read() reports (default false). True is only safe for algorithms that
+  /// stage anyway (all but mpi): no transport can read this memory.
+  void set_transport_can_read(bool can) { transport_can_read_ = can; }
+  bool transport_can_read() const override { return transport_can_read_; }
   Counters counters() const;
   void reset_counters();
 
@@ -54,6 +58,7 @@ class StandInDevice final : public DeviceMemory {
   void enqueue(int stream, std::size_t bytes, bool to_host, std::function<void()> copy);
   std::unique_ptr<State> state_;
   std::atomic<unsigned> delay_us_{0};
+  bool transport_can_read_ = false;
 };
 
 }  // namespace hpctrain::coll
