@@ -45,6 +45,31 @@ TEST_P(DeviceLoopback, FailedCopyOnOneRankFailsEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceLoopback, ::testing::Values(1, 2, 3, 4));
 
+/// Each rank puts rank + 1 into all `n` elements of stand-in memory, all-reduces them in place
+/// (ring, sum), checks every element is p(p+1)/2 and returns the counters of that call alone.
+template <class T>
+StandInDevice::Counters ring_sum_of_ranks(Communicator& comm, std::size_t n, unsigned delay_us, bool can_read) {
+  StandInDevice dev;
+  dev.set_transport_can_read(can_read);
+  comm.set_device_memory(std::shared_ptr<DeviceMemory>(&dev, [](DeviceMemory*) {}));
+  std::vector<T> in(n, static_cast<T>(comm.rank() + 1)), out(n);
+  void* buf = dev.allocate(n * sizeof(T));
+  dev.copy_to_device(buf, in.data(), n * sizeof(T), 0);
+  dev.synchronize(0);
+  dev.reset_counters();
+  dev.set_copy_delay_us(delay_us);
+  comm.allreduce(buf, buf, n, data_type_v<T>, ReduceOp::sum, MemorySpace::device, Algorithm::ring);
+  const auto counters = dev.counters();
+  dev.set_copy_delay_us(0);
+  dev.copy_to_host(out.data(), buf, n * sizeof(T), 0);
+  dev.synchronize(0);
+  const T expected = static_cast<T>(comm.size() * (comm.size() + 1) / 2);
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(out[i], expected) << i;
+  dev.deallocate(buf);
+  comm.set_device_memory(nullptr);
+  return counters;
+}
+
 // The pipeline overlaps: with slow copies (2 ms each) more than one is in flight at once, and it
 // moves exactly the vector once each way.
 TEST(DeviceLoopbackPipeline, CopiesOverlapAndMoveExactBytes) {
@@ -52,26 +77,11 @@ TEST(DeviceLoopbackPipeline, CopiesOverlapAndMoveExactBytes) {
   t.device_chunk_bytes = 4096;
   const std::size_t count = 16 * 1024 + 5;  // 16 chunks of 1024 floats and 5 more
   run_loopback_ranks(2, t, [&](Communicator& comm) {
-    StandInDevice dev;
-    comm.set_device_memory(std::shared_ptr<DeviceMemory>(&dev, [](DeviceMemory*) {}));
-    std::vector<float> in(count, 1.0f + static_cast<float>(comm.rank())), out(count);
-    void* buf = dev.allocate(count * sizeof(float));
-    dev.copy_to_device(buf, in.data(), count * sizeof(float), 0);
-    dev.synchronize(0);
-    dev.reset_counters();
-    dev.set_copy_delay_us(2000);
-    comm.allreduce(buf, buf, count, DataType::f32, ReduceOp::sum, MemorySpace::device, Algorithm::ring);
-    const auto c = dev.counters();
-    dev.set_copy_delay_us(0);
+    const auto c = ring_sum_of_ranks<float>(comm, count, 2000, false);
     EXPECT_GE(c.max_in_flight, 2u);
     EXPECT_EQ(c.bytes_to_host, count * sizeof(float));
     EXPECT_EQ(c.bytes_to_device, count * sizeof(float));
     EXPECT_EQ(c.copies, 2u * 17u);
-    dev.copy_to_host(out.data(), buf, count * sizeof(float), 0);
-    dev.synchronize(0);
-    for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], 3.0f) << i;
-    dev.deallocate(buf);
-    comm.set_device_memory(nullptr);
   });
 }
 
@@ -79,22 +89,8 @@ TEST(DeviceLoopbackPipeline, CopiesOverlapAndMoveExactBytes) {
 // still stage (a direct host read of the stand-in memory would crash).
 TEST(DeviceLoopbackPipeline, DeviceAwareTransportStillStagesHostReductions) {
   run_loopback_ranks(2, tuning(), [](Communicator& comm) {
-    StandInDevice dev;
-    dev.set_transport_can_read(true);
-    comm.set_device_memory(std::shared_ptr<DeviceMemory>(&dev, [](DeviceMemory*) {}));
     const std::size_t n = 157;
-    std::vector<std::int32_t> in(n, comm.rank() + 1), out(n);
-    void* buf = dev.allocate(n * sizeof(std::int32_t));
-    dev.copy_to_device(buf, in.data(), n * sizeof(std::int32_t), 0);
-    dev.synchronize(0);
-    dev.reset_counters();
-    comm.allreduce(buf, buf, n, DataType::i32, ReduceOp::sum, MemorySpace::device, Algorithm::ring);
-    EXPECT_EQ(dev.counters().bytes_to_host, n * sizeof(std::int32_t));
-    dev.copy_to_host(out.data(), buf, n * sizeof(std::int32_t), 0);
-    dev.synchronize(0);
-    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 3) << i;
-    dev.deallocate(buf);
-    comm.set_device_memory(nullptr);
+    EXPECT_EQ(ring_sum_of_ranks<std::int32_t>(comm, n, 0, true).bytes_to_host, n * sizeof(std::int32_t));
   });
 }
 
