@@ -111,6 +111,41 @@ void Communicator::allreduce(const void* send, void* recv, std::size_t count, Da
   impl_->run_allreduce(send, recv, count, type, op, algo, impl_->sequence++);
 }
 
+void Communicator::set_device_memory(std::shared_ptr<DeviceMemory> device) {
+  impl_->drain();
+  impl_->device = std::move(device);
+}
+
+/// The checks of a device all-reduce and its sequence numbers (one per staged chunk and one
+/// for the error agreement, see run_device_allreduce); resolves `algo` from the tuning.
+std::uint64_t Communicator::Impl::start_device_allreduce(const char* op, const void* send, const void* recv,
+                                                         std::size_t count, DataType type, Algorithm& algo) {
+  check_buffers(op, send, recv, count, count, count, type);
+  HPCTRAIN_REQUIRE(device != nullptr, std::string(op) + ": MemorySpace::device buffers need a DeviceMemory "
+                                                        "(Communicator::set_device_memory); none was set");
+  if (algo == Algorithm::automatic) algo = tuning.allreduce_algorithm;
+  const std::uint64_t seq = sequence;
+  sequence += device_chunks(count, type) + 1;
+  return seq;
+}
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                             MemorySpace space, Algorithm algo) {
+  if (space == MemorySpace::host) return allreduce(send, recv, count, type, op, algo);
+  impl_->drain();
+  const std::uint64_t seq = impl_->start_device_allreduce("allreduce", send, recv, count, type, algo);
+  impl_->run_device_allreduce(send, recv, count, type, op, algo, seq);
+}
+
+Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                              MemorySpace space, Algorithm algo) {
+  if (space == MemorySpace::host) return iallreduce(send, recv, count, type, op, algo);
+  const std::uint64_t seq = impl_->start_device_allreduce("iallreduce", send, recv, count, type, algo);
+  Impl* impl = impl_.get();
+  return Work(impl->progress_engine().submit(
+      [=] { impl->run_device_allreduce(send, recv, count, type, op, algo, seq); }));
+}
+
 Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType type,
                               ReduceOp op, Algorithm algo) {
   check_buffers("iallreduce", send, recv, count, count, count, type);

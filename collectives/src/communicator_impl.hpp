@@ -14,6 +14,7 @@
 
 #include "algorithms.hpp"
 #include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/device_memory.hpp"
 #include "progress_engine.hpp"
 
 namespace hpctrain::coll {
@@ -49,6 +50,15 @@ struct Communicator::Impl {
   void run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op, Algorithm algo,
                                    std::uint64_t seq);
   void run_balanced_allgather(void* buf, std::size_t count, DataType type, Algorithm algo, std::uint64_t seq);
+  // ---- device_allreduce.cpp: MemorySpace::device buffers (needs `device`) ----
+  /// Uses sequence numbers seq .. seq + device_chunks(count, type) (one per staged chunk, one
+  /// for the final error agreement).
+  void run_device_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                            Algorithm algo, std::uint64_t seq);
+  std::size_t device_chunks(std::size_t count, DataType type) const noexcept;
+  /// communicator.cpp: argument checks, `algo` resolved, the sequence numbers reserved.
+  std::uint64_t start_device_allreduce(const char* op, const void* send, const void* recv, std::size_t count,
+                                       DataType type, Algorithm& algo);
   void run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq);
   void run_barrier(std::uint64_t seq);
 
@@ -68,6 +78,9 @@ struct Communicator::Impl {
   int ranks_per_node_ = 0;                     // 0 until known
   std::unique_ptr<detail::NodeGroup> node;     // shm / hierarchical state, null until used
   std::vector<std::byte> scratch;  // reused across calls; one thread at a time (see drain)
+  std::shared_ptr<DeviceMemory> device;   // null: device buffers are refused
+  std::shared_ptr<void> staging[2];        // the pipeline's host buffers, staging_bytes each
+  std::size_t staging_bytes = 0;
   std::uint64_t sequence = 0;      // collectives issued so far, for tags and diagnostics
   // Last: destroyed first, so queued work finishes while the members above still exist.
   std::unique_ptr<ProgressEngine> engine;

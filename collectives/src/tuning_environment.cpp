@@ -106,6 +106,7 @@ Tuning Tuning::from_environment() {
   // Below 4 KiB per segment the two barriers of a segment cost more than its copies.
   t.shm_segment_bytes = env_bytes("HPCTRAIN_SHM_SEGMENT_BYTES", t.shm_segment_bytes, 4096);
   t.shm_small_max_bytes = env_bytes("HPCTRAIN_SHM_SMALL_MAX_BYTES", t.shm_small_max_bytes, 0);
+  t.device_chunk_bytes = env_bytes("HPCTRAIN_DEVICE_CHUNK_BYTES", t.device_chunk_bytes, 256);
   if (const char* v = env("HPCTRAIN_TRANSPORT")) t.transport = parse_transport_kind(v, "HPCTRAIN_TRANSPORT");
   t.ucx_reg_min_bytes = env_bytes("HPCTRAIN_UCX_REG_MIN_BYTES", t.ucx_reg_min_bytes, 0);
   t.ucx_reg_max_entries = env_bytes("HPCTRAIN_UCX_REG_MAX_ENTRIES", t.ucx_reg_max_entries, 0);

@@ -14,7 +14,8 @@
 /// order; a blocking call first waits for the queued ones. Every rank must issue the same
 /// collectives in the same order (as in MPI).
 ///
-/// Buffers are host memory.
+/// Buffers are host memory, except in the overloads taking a MemorySpace (device buffers, which
+/// need set_device_memory; docs/collectives.md, "Device buffers").
 
 #include <chrono>
 #include <cstddef>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/collectives/device_memory.hpp"
 #include "hpctrain/collectives/reproducible_sum.hpp"
 #include "hpctrain/collectives/transport.hpp"
 #include "hpctrain/collectives/tuning.hpp"
@@ -87,6 +89,20 @@ class Communicator {
                  Algorithm algo = Algorithm::automatic);
   /// Non-blocking allreduce; buffers must stay valid and untouched until wait() returns.
   Work iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                  Algorithm algo = Algorithm::automatic);
+
+  /// The device memory space MemorySpace::device buffers live in (null: none, the default).
+  /// Waits for queued non-blocking work first. The device object is shared, not copied.
+  void set_device_memory(std::shared_ptr<DeviceMemory> device);
+  /// allreduce / iallreduce of buffers in `space`. MemorySpace::host is the overload above.
+  /// MemorySpace::device: when `algo` is mpi and the device memory reports transport_can_read()
+  /// the pointers go to MPI_Allreduce; otherwise chunks of Tuning::device_chunk_bytes are staged
+  /// through two host buffers (copy in, host all-reduce with `algo`, copy out, overlapped) and
+  /// one extra 4-byte all-reduce per call makes a failed copy on any rank fail the call on every
+  /// rank. Per element the result has the bits of the host all-reduce of the chunk holding it.
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, MemorySpace space,
+                 Algorithm algo = Algorithm::automatic);
+  Work iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, MemorySpace space,
                   Algorithm algo = Algorithm::automatic);
 
   /// Reproducible sum: recv[i] = sum over ranks of send[i], with bits that do not depend on the

@@ -17,6 +17,7 @@
 /// | ranks per (virtual) node| HPCTRAIN_RANKS_PER_NODE            | 0 (detect) |
 /// | shm staging segment     | HPCTRAIN_SHM_SEGMENT_BYTES         | 1 MiB      |
 /// | shm one-step path up to | HPCTRAIN_SHM_SMALL_MAX_BYTES       | 8 KiB      |
+/// | device staging chunk    | HPCTRAIN_DEVICE_CHUNK_BYTES        | 4 MiB      |
 /// | transport               | HPCTRAIN_TRANSPORT (mpi, ucx)      | mpi        |
 /// | UCX: register from      | HPCTRAIN_UCX_REG_MIN_BYTES         | 0 (off)    |
 /// | UCX: registrations kept | HPCTRAIN_UCX_REG_MAX_ENTRIES       | 256        |
@@ -193,6 +194,11 @@ struct Tuning {
   /// shm: messages up to this size take the one-step path (every rank publishes its input,
   /// one barrier, every rank reduces all inputs itself); larger ones reduce-scatter + gather.
   std::size_t shm_small_max_bytes = std::size_t{8} << 10;
+
+  /// Device buffers (MemorySpace::device) not handed to the transport are staged through two
+  /// host buffers of this many bytes: chunk k+1's copy to the host and chunk k-1's copy back
+  /// overlap chunk k's host all-reduce. Environment minimum 256 bytes.
+  std::size_t device_chunk_bytes = std::size_t{4} << 20;
 
   /// Transport make_default_transport() builds.
   TransportKind transport = TransportKind::mpi;

@@ -44,6 +44,10 @@ inline bf16 to_bf16(float f) noexcept {
 void to_bf16(const float* in, bf16* out, std::size_t n) noexcept;
 void to_float(const bf16* in, float* out, std::size_t n) noexcept;
 
+/// Where a collective's buffers live. `host` (the default of every call) is CPU memory the
+/// collectives read directly; `device` is memory only a DeviceMemory (device_memory.hpp) can copy.
+enum class MemorySpace { host, device };
+
 enum class DataType { f32, f64, f16, bf16, i32, i64 };
 enum class ReduceOp { sum, prod, min, max, avg };
 
