@@ -1,5 +1,7 @@
 // Single-copy all-reduce through node shared memory (an MPI-3 shared-memory window, or one heap
-// block for loopback threads), for the m ranks of one node.
+// block for loopback threads), for the m ranks of one node. The staging buffers, counters and
+// waits defined here (shm_flags.hpp) also carry the shm reduce-scatter and all-gather
+// (shm_scatter_gather.cpp); every shm collective numbers its steps on the same counters.
 //
 // Memory. Each local rank q owns one segment of the shared memory: a control page whose first
 // cache line holds progress[q], a 64-bit atomic counter only q writes, then two staging buffers

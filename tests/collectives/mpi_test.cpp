@@ -462,6 +462,11 @@ TEST(MpiCollectives, ShmStressBackToBack) {
     bad = testing::shm_stress(comm, algo, iterations, &first);
     EXPECT_EQ(bad, 0u) << to_string(algo) << " rank " << r << ": " << first;
   }
+  // shm reduce-scatters and all-gathers interleaved with shm all-reduces on the same counters.
+  if (!several_nodes()) {
+    std::string first;
+    EXPECT_EQ(testing::shm_scatter_gather_stress(comm, iterations / 2, &first), 0u) << "rank " << r << ": " << first;
+  }
 }
 
 // shm over ranks of several (virtual) nodes is refused on every rank with an error that names

@@ -23,6 +23,7 @@
 #include "hpctrain/collectives/loopback_transport.hpp"
 #include "loopback_ranks.hpp"
 #include "reference.hpp"
+#include "shm_stress.hpp"
 
 namespace hpctrain::coll {
 namespace {
@@ -287,6 +288,23 @@ TEST(ScatterGatherErrors, UnsupportedAlgorithmIsRefusedNamingIt) {
       expect_refused([&] { (void)comm.iallgather_in_place(a.data(), 4, DataType::f32, algo); }, "iallgather_in_place");
     }
   });
+}
+
+// Back-to-back shm reduce-scatters, all-gathers and all-reduces over 4 KiB staging buffers
+// (shm_stress.hpp): a missing slot-free wait or release/acquire pair gives wrong sums here.
+TEST(ScatterGatherShm, StressBackToBackWithAllreduce) {
+  for (int ranks : {2, 3, 4, 7, 16}) {
+    Failures f;
+    Tuning t;
+    t.timeout_s = 60;
+    t.shm_segment_bytes = 4096;
+    t.shm_small_max_bytes = 1024;
+    testing::run_loopback_ranks(ranks, t, [&](Communicator& comm) {
+      std::string mine;
+      if (testing::shm_scatter_gather_stress(comm, ranks > 4 ? 150 : 600, &mine) != 0) f.add(mine);
+    });
+    EXPECT_EQ(f.count.load(), 0u) << "ranks=" << ranks << ": " << f.first;
+  }
 }
 
 // shm over several (virtual) nodes: one clear error at every rank, naming shm, the node size and
