@@ -9,6 +9,9 @@
 //   reduce_scatter/in_place/<n>      ireduce_scatter_in_place(..., ring): the balanced in-place form ZeRO uses
 //   reduce_scatter/rabenseifner/<n>  the block form by recursive halving (Algorithm::rabenseifner)
 //   reduce_scatter/rabenseifner_in_place/<n>   the in-place form by recursive halving
+//   reduce_scatter/shm/<n>           the block form through node shared memory (Algorithm::shm; only
+//                                    when every rank is on one node, HPCTRAIN_RANKS_PER_NODE included)
+//   reduce_scatter/shm_in_place/<n>  the in-place form through node shared memory
 //   reduce_scatter/auto/<n>          the block form as `auto` chooses (the cost model)
 //   reduce_scatter/mpi/<n>           MPI_Reduce_scatter_block
 //   allgather/<form>/<n>             the same for all-gather (recursive doubling), MPI_Allgather
@@ -52,6 +55,8 @@ const Form kForms[] = {{"ring", Algorithm::ring, false},
                        {"in_place", Algorithm::ring, true},
                        {"rabenseifner", Algorithm::rabenseifner, false},
                        {"rabenseifner_in_place", Algorithm::rabenseifner, true},
+                       {"shm", Algorithm::shm, false},
+                       {"shm_in_place", Algorithm::shm, true},
                        {"auto", Algorithm::automatic, false},
                        {"mpi", Algorithm::mpi, false}};
 const char* name(Op op) { return op == Op::reduce_scatter ? "reduce_scatter" : "allgather"; }
@@ -145,6 +150,19 @@ void bench(benchmark::State& state, Communicator* comm, Op op, Form form, std::s
   if (wrong != 0) state.SkipWithError((std::to_string(wrong) + " wrong elements in the last iteration").c_str());
 }
 
+/// True when shm can run: one machine (MPI_COMM_TYPE_SHARED) and no smaller virtual nodes.
+bool every_rank_on_one_node(int ranks) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  int smallest = local;
+  MPI_Allreduce(&local, &smallest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const int per_node = hpctrain::coll::Tuning::from_environment().ranks_per_node;
+  return smallest == ranks && (per_node <= 0 || per_node >= ranks);
+}
+
 int run(int& argc, char** argv) {
   using hpctrain::bench::parse_bytes;
   using hpctrain::bench::parse_count;
@@ -163,10 +181,12 @@ int run(int& argc, char** argv) {
                                       4.0 * static_cast<double>(largest), MPI_COMM_WORLD);
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   const auto unit = sizeof(float) * static_cast<std::size_t>(comm.size());
+  const bool shm_runs = every_rank_on_one_node(comm.size());
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step) {
     const std::size_t n = std::max(unit, bytes / unit * unit);  // whole blocks of float32
     for (Op op : {Op::reduce_scatter, Op::allgather}) {
       for (const Form& form : kForms) {
+        if (form.algo == Algorithm::shm && !shm_runs) continue;  // it refuses several nodes
         const std::string label = std::string(name(op)) + "/" + form.name + "/" + std::to_string(n);
         benchmark::RegisterBenchmark(label.c_str(), bench, &comm, op, form, n, o.warmup)
             ->Iterations(o.iters)

@@ -70,6 +70,15 @@ void shm_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* re
 /// The segmented schedule of shm_allreduce, with `between` (if set) run on each owned slice.
 void shm_segmented_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* recv,
                              std::size_t count, DataType type, ReduceOp op, const SliceStep& between);
+/// Single-copy reduce-scatter over the node's shared memory (shm_scatter_gather.cpp), all ranks
+/// on one node, block q of `send` (offsets) owned by local rank q: writes the reduction of this
+/// rank's block to `own` (its offsets[me+1] - offsets[me] elements; `own` may lie in `send`,
+/// at that block, for the in-place form) and nothing else.
+void shm_reduce_scatter(CollContext& ctx, NodeGroup& node, const void* send, void* own,
+                        const std::vector<std::size_t>& offsets, DataType type, ReduceOp op);
+/// Single-copy all-gather over the node's shared memory: the contract of ring_allgather.
+void shm_allgather(CollContext& ctx, NodeGroup& node, void* buf, const std::vector<std::size_t>& offsets,
+                   DataType type);
 /// Intra-node reduce-scatter, inter-node all-reduce of each slice, intra-node all-gather.
 void hierarchical_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* recv,
                             std::size_t count, DataType type, ReduceOp op);

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,7 +42,7 @@ struct Communicator::Impl {
   // ---- dispatch.cpp: one collective, on the calling or the progress thread ----
   void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      Algorithm algo, std::uint64_t seq);
-  // Reduce-scatter / all-gather: `algo` is ring, rabenseifner or automatic (checked by the caller,
+  // Reduce-scatter / all-gather: `algo` is ring, rabenseifner, shm or automatic (checked by the caller,
   // check_scatter_algorithm); automatic is resolved here by the cost model.
   void run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
                           Algorithm algo, std::uint64_t seq);
@@ -59,6 +60,17 @@ struct Communicator::Impl {
   /// communicator.cpp: argument checks, `algo` resolved, the sequence numbers reserved.
   std::uint64_t start_device_allreduce(const char* op, const void* send, const void* recv, std::size_t count,
                                        DataType type, Algorithm& algo);
+  /// Runs `body(node group)` for a shared-memory algorithm (shm, hierarchical): refused under
+  /// SMPI, shm refused across nodes (naming `op`); a failure part-way marks the group broken.
+  void on_node_group(const char* op, Algorithm algo, const WaitPolicy& wait_policy,
+                     const std::function<void(detail::NodeGroup&)>& body);
+  /// The block reduce-scatter of `algo` (ring, rabenseifner or shm, resolved): block rank() of
+  /// `buf` receives the reduction.
+  void scatter_blocks(const char* op_name, Algorithm algo, std::uint64_t seq, const void* send, void* buf,
+                      const std::vector<std::size_t>& offsets, DataType type, ReduceOp op);
+  /// The block all-gather of `algo` (resolved): block rank() of `buf` holds this rank's data.
+  void gather_blocks(const char* op_name, Algorithm algo, std::uint64_t seq, void* buf,
+                     const std::vector<std::size_t>& offsets, DataType type);
   void run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq);
   void run_barrier(std::uint64_t seq);
 

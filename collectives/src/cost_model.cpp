@@ -87,6 +87,16 @@ double shm_s(double n, int k, double sync, double shm_beta, double gamma) {
   return std::min(large, small);
 }
 
+// shm reduce-scatter / all-gather of the whole n-byte vector on one node of k ranks, staging
+// segment s (shm_scatter_gather.cpp): one flag wait per step; the reduce-scatter stages the
+// whole input (n bytes in, a piece of every block per step, so ⌈n/s⌉ steps) and reduces its
+// block from k copies; the all-gather stages its block (⌈n/(k·s)⌉ steps) and copies k-1 out.
+double shm_half_s(double n, int k, double sync, double shm_beta, double gamma, double segment, bool reduce) {
+  if (k <= 1) return 0.0;
+  if (reduce) return std::max(1.0, std::ceil(n / segment)) * sync + n * shm_beta + (k - 1.0) / k * n * gamma;
+  return std::max(1.0, std::ceil(n / (k * segment))) * sync + n * shm_beta;
+}
+
 }  // namespace
 
 double CostModel::calibration(Algorithm algo, double bytes) const noexcept {
@@ -152,13 +162,20 @@ namespace {
 
 double scatter_gather_s(const Tuning& tuning, Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node,
                         bool reduce) noexcept {
-  if ((algo != Algorithm::ring && algo != Algorithm::rabenseifner) || ranks < 1)
-    return std::numeric_limits<double>::infinity();
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  if ((algo != Algorithm::ring && algo != Algorithm::rabenseifner && algo != Algorithm::shm) || ranks < 1)
+    return kNever;
   const CostModel& model = tuning.model;
   const double n = static_cast<double>(bytes);
   const double scale = model.calibration(algo, n);
   const int k = (ranks_per_node <= 0 || ranks_per_node > ranks) ? ranks : ranks_per_node;
   const bool several_nodes = (ranks + k - 1) / k > 1;
+  if (algo == Algorithm::shm) {
+    if (several_nodes) return kNever;
+    return shm_half_s(n, ranks, model.shm_sync_s, model.shm_beta_s_per_byte * scale, model.gamma_s_per_byte * scale,
+                      static_cast<double>(tuning.shm_segment_bytes), reduce) +
+           model.overhead_s[static_cast<std::size_t>(algo)];
+  }
   const Link link = several_nodes ? Link{model.alpha_inter_s, model.beta_inter_s_per_byte * scale}
                                   : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * scale};
   const double gamma = model.gamma_s_per_byte * scale;
@@ -168,16 +185,21 @@ double scatter_gather_s(const Tuning& tuning, Algorithm algo, std::size_t bytes,
   return t + model.overhead_s[static_cast<std::size_t>(algo)];
 }
 
+/// The cheapest of ring, rabenseifner (halving / doubling) and shm among auto_algorithms; ties go
+/// to the earlier one, none allowed to the ring.
 Algorithm cheaper_scatter_gather(const Tuning& tuning, std::size_t bytes, int ranks, int ranks_per_node,
                                  bool reduce) noexcept {
-  const bool ring = tuning.auto_algorithms & detail::bit(Algorithm::ring);
-  const bool halving = tuning.auto_algorithms & detail::bit(Algorithm::rabenseifner);
-  if (!halving) return Algorithm::ring;
-  if (!ring) return Algorithm::rabenseifner;
-  return scatter_gather_s(tuning, Algorithm::rabenseifner, bytes, ranks, ranks_per_node, reduce) <
-                 scatter_gather_s(tuning, Algorithm::ring, bytes, ranks, ranks_per_node, reduce)
-             ? Algorithm::rabenseifner
-             : Algorithm::ring;
+  Algorithm best = Algorithm::ring;
+  double best_s = std::numeric_limits<double>::infinity();
+  for (Algorithm a : {Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm}) {
+    if (!(tuning.auto_algorithms & detail::bit(a))) continue;
+    const double s = scatter_gather_s(tuning, a, bytes, ranks, ranks_per_node, reduce);
+    if (s < best_s) {
+      best = a;
+      best_s = s;
+    }
+  }
+  return best;
 }
 
 }  // namespace

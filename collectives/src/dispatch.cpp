@@ -3,6 +3,7 @@
 // the output first); `avg` is reduced as a sum and divided here, once.
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,32 +33,47 @@ void point_to_point_allreduce(CollContext& ctx, Algorithm algo, const void* send
 namespace {
 
 /// Refuses `shm` when the ranks span several (virtual) nodes.
-void require_one_node(int ranks, int per_node, int tuned_ranks_per_node) {
+void require_one_node(const char* op, int ranks, int per_node, int tuned_ranks_per_node) {
   HPCTRAIN_REQUIRE(per_node == ranks,
-                   "allreduce: algorithm 'shm' needs every rank on one node, but the " + std::to_string(ranks) +
+                   std::string(op) + ": algorithm 'shm' needs every rank on one node, but the " + std::to_string(ranks) +
                        " ranks of this communicator span several nodes (at most " + std::to_string(per_node) +
                        " per node" +
                        (tuned_ranks_per_node > 0 ? ", HPCTRAIN_RANKS_PER_NODE=" + std::to_string(tuned_ranks_per_node)
                                                  : std::string()) +
-                       "); use 'hierarchical' for several nodes");
+                       "); use " + std::string(std::string(op).rfind("allreduce", 0) == 0 ? "'hierarchical'" : "ring or rabenseifner") +
+                       " for several nodes");
 }
 
 /// Under SimGrid's SMPI (a build with HPCTRAIN_SMPI) the shared-memory algorithms cannot run:
 /// SMPI 3.32's MPI_Win_allocate_shared does not give the ranks of a host memory they share (shm
 /// then returned wrong sums, measured), and a rank spinning on a shared-memory flag never hands
 /// the simulator control, so its peers would never run. Refused before any message.
-void refuse_shared_memory_under_smpi(Algorithm algo) {
+void refuse_shared_memory_under_smpi(const char* op, Algorithm algo) {
 #ifdef HPCTRAIN_SMPI
-  HPCTRAIN_FAIL("allreduce: algorithm '" + std::string(to_string(algo)) +
+  HPCTRAIN_FAIL(std::string(op) + ": algorithm '" + std::string(to_string(algo)) +
                 "' needs node shared memory, which SimGrid's SMPI does not simulate (its shared "
                 "windows are not shared, and flag waits never yield to the simulator); use ring, "
                 "tree, recursive_doubling or rabenseifner (docs/simulation.md)");
 #else
+  (void)op;
   (void)algo;
 #endif
 }
 
 }  // namespace
+
+void Communicator::Impl::on_node_group(const char* op, Algorithm algo, const WaitPolicy& wait_policy,
+                                       const std::function<void(detail::NodeGroup&)>& body) {
+  refuse_shared_memory_under_smpi(op, algo);
+  if (algo == Algorithm::shm) require_one_node(op, size(), ranks_per_node(), tuning.ranks_per_node);
+  detail::NodeGroup& group = node_group(wait_policy);
+  try {
+    body(group);
+  } catch (...) {
+    group.broken = true;  // peers may be at another barrier: later calls must not run on it
+    throw;
+  }
+}
 
 void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                        ReduceOp op, Algorithm algo, std::uint64_t seq) {
@@ -80,22 +96,12 @@ void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t
     case Algorithm::recursive_doubling:
     case Algorithm::rabenseifner: detail::point_to_point_allreduce(ctx, algo, send, recv, count, type, combine); break;
     case Algorithm::shm:
-    case Algorithm::hierarchical: {
-      refuse_shared_memory_under_smpi(algo);
-      if (algo == Algorithm::shm) require_one_node(size(), ranks_per_node(), tuning.ranks_per_node);
-      detail::NodeGroup& group = node_group(wait_policy);
-      try {
-        if (algo == Algorithm::shm) {
-          detail::shm_allreduce(ctx, group, send, recv, count, type, combine);
-        } else {
-          detail::hierarchical_allreduce(ctx, group, send, recv, count, type, combine);
-        }
-      } catch (...) {
-        group.broken = true;  // peers may be at another barrier: later calls must not run
-        throw;
-      }
+    case Algorithm::hierarchical:
+      on_node_group("allreduce", algo, wait_policy, [&](detail::NodeGroup& group) {
+        if (algo == Algorithm::shm) detail::shm_allreduce(ctx, group, send, recv, count, type, combine);
+        else detail::hierarchical_allreduce(ctx, group, send, recv, count, type, combine);
+      });
       break;
-    }
     case Algorithm::automatic:
     case Algorithm::mpi: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
   }
@@ -109,21 +115,38 @@ void block_offsets(std::vector<std::size_t>& offsets, std::size_t block, std::si
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * block;
 }
 
-/// The block reduce-scatter of `algo` (ring or rabenseifner, resolved): block rank() of `buf`
-/// receives the reduction.
-void scatter_blocks(detail::CollContext& ctx, Algorithm algo, const void* send, void* buf,
-                    const std::vector<std::size_t>& offsets, DataType type, ReduceOp op) {
-  if (algo == Algorithm::rabenseifner) detail::halving_reduce_scatter(ctx, send, buf, offsets, type, op);
-  else detail::ring_reduce_scatter(ctx, send, buf, offsets, type, op);
-}
-
-void gather_blocks(detail::CollContext& ctx, Algorithm algo, void* buf, const std::vector<std::size_t>& offsets,
-                   DataType type) {
-  if (algo == Algorithm::rabenseifner) detail::doubling_allgather(ctx, buf, offsets, type);
-  else detail::ring_allgather(ctx, buf, offsets, type);
-}
-
 }  // namespace
+
+void Communicator::Impl::scatter_blocks(const char* op_name, Algorithm algo, std::uint64_t seq, const void* send,
+                                        void* buf, const std::vector<std::size_t>& offsets, DataType type,
+                                        ReduceOp op) {
+  const WaitPolicy wait_policy = policy(op_name, algo, seq);
+  detail::CollContext ctx = context(wait_policy, seq);
+  if (algo == Algorithm::shm) {
+    auto* own = static_cast<std::byte*>(buf) + offsets[static_cast<std::size_t>(rank())] * size_of(type);
+    on_node_group(op_name, algo, wait_policy, [&](detail::NodeGroup& group) {
+      detail::shm_reduce_scatter(ctx, group, send, own, offsets, type, op);
+    });
+  } else if (algo == Algorithm::rabenseifner) {
+    detail::halving_reduce_scatter(ctx, send, buf, offsets, type, op);
+  } else {
+    detail::ring_reduce_scatter(ctx, send, buf, offsets, type, op);
+  }
+}
+
+void Communicator::Impl::gather_blocks(const char* op_name, Algorithm algo, std::uint64_t seq, void* buf,
+                                       const std::vector<std::size_t>& offsets, DataType type) {
+  const WaitPolicy wait_policy = policy(op_name, algo, seq);
+  detail::CollContext ctx = context(wait_policy, seq);
+  if (algo == Algorithm::shm) {
+    on_node_group(op_name, algo, wait_policy,
+                  [&](detail::NodeGroup& group) { detail::shm_allgather(ctx, group, buf, offsets, type); });
+  } else if (algo == Algorithm::rabenseifner) {
+    detail::doubling_allgather(ctx, buf, offsets, type);
+  } else {
+    detail::ring_allgather(ctx, buf, offsets, type);
+  }
+}
 
 void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
                                             ReduceOp op, Algorithm algo, std::uint64_t seq) {
@@ -135,15 +158,21 @@ void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::s
     return;
   }
   if (algo == Algorithm::automatic) algo = tuning.choose_reduce_scatter(recv_count * p * elem, size(), ranks_per_node());
-  // Both algorithms reduce into a whole vector (the blocks other than rank()'s hold partial
-  // reductions), so they work on a scratch vector; the input is read where it lies.
-  std::vector<std::byte> work(recv_count * p * elem);
   std::vector<std::size_t> offsets;
   block_offsets(offsets, recv_count, p);
-  const WaitPolicy wait_policy = policy("reduce_scatter", algo, seq);
-  detail::CollContext ctx = context(wait_policy, seq);
-  scatter_blocks(ctx, algo, send, work.data(), offsets, type, detail::combine_op(op));
-  std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
+  if (algo == Algorithm::shm) {
+    const WaitPolicy wait_policy = policy("reduce_scatter", algo, seq);
+    detail::CollContext ctx = context(wait_policy, seq);
+    on_node_group("reduce_scatter", algo, wait_policy, [&](detail::NodeGroup& group) {
+      detail::shm_reduce_scatter(ctx, group, send, recv, offsets, type, detail::combine_op(op));
+    });  // writes only this rank's block, straight into recv
+  } else {
+    // The point-to-point algorithms reduce into a whole vector (the blocks other than rank()'s
+    // hold partial reductions), so they work on a scratch vector; the input is read where it lies.
+    std::vector<std::byte> work(recv_count * p * elem);
+    scatter_blocks("reduce_scatter", algo, seq, send, work.data(), offsets, type, detail::combine_op(op));
+    std::memcpy(recv, work.data() + static_cast<std::size_t>(rank()) * recv_count * elem, recv_count * elem);
+  }
   if (op == ReduceOp::avg) detail::divide_by(recv, recv_count, type, size());
 }
 
@@ -157,9 +186,7 @@ void Communicator::Impl::run_allgather(const void* send, void* recv, std::size_t
   if (send != own) std::memcpy(own, send, count * elem);
   std::vector<std::size_t> offsets;
   block_offsets(offsets, count, p);
-  const WaitPolicy wait_policy = policy("allgather", algo, seq);
-  detail::CollContext ctx = context(wait_policy, seq);
-  gather_blocks(ctx, algo, recv, offsets, type);
+  gather_blocks("allgather", algo, seq, recv, offsets, type);
 }
 
 void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op,
@@ -167,9 +194,7 @@ void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t coun
   if (count == 0) return;
   if (algo == Algorithm::automatic) algo = tuning.choose_reduce_scatter(count * size_of(type), size(), ranks_per_node());
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("reduce_scatter(in place)", algo, seq);
-  detail::CollContext ctx = context(wait_policy, seq);
-  scatter_blocks(ctx, algo, buf, buf, offsets, type, detail::combine_op(op));
+  scatter_blocks("reduce_scatter(in place)", algo, seq, buf, buf, offsets, type, detail::combine_op(op));
   if (op == ReduceOp::avg) {
     const auto r = static_cast<std::size_t>(rank());
     detail::divide_by(static_cast<std::byte*>(buf) + offsets[r] * size_of(type), offsets[r + 1] - offsets[r], type,
@@ -182,9 +207,7 @@ void Communicator::Impl::run_balanced_allgather(void* buf, std::size_t count, Da
   if (count == 0) return;
   if (algo == Algorithm::automatic) algo = tuning.choose_allgather(count * size_of(type), size(), ranks_per_node());
   const auto offsets = detail::balanced_offsets(count, size());
-  const WaitPolicy wait_policy = policy("allgather(in place)", algo, seq);
-  detail::CollContext ctx = context(wait_policy, seq);
-  gather_blocks(ctx, algo, buf, offsets, type);
+  gather_blocks("allgather(in place)", algo, seq, buf, offsets, type);
 }
 
 void Communicator::Impl::run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq) {

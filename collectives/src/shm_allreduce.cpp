@@ -1,5 +1,7 @@
 // Single-copy all-reduce through node shared memory (an MPI-3 shared-memory window, or one heap
-// block for loopback threads), for the m ranks of one node.
+// block for loopback threads), for the m ranks of one node. The staging buffers, counters and
+// waits defined here (shm_flags.hpp) also carry the shm reduce-scatter and all-gather
+// (shm_scatter_gather.cpp); every shm collective numbers its steps on the same counters.
 //
 // Memory. Each local rank q owns one segment of the shared memory: a control page whose first
 // cache line holds progress[q], a 64-bit atomic counter only q writes, then two staging buffers
@@ -69,6 +71,7 @@
 #include "hpctrain/base/error.hpp"
 #include "progress_wait.hpp"
 #include "reduce.hpp"
+#include "shm_flags.hpp"
 
 namespace hpctrain::coll::detail {
 
@@ -80,18 +83,9 @@ static_assert(Counter::is_always_lock_free, "shared-memory flags need lock-free 
 /// Control page before the staging buffers: keeps the buffers page-aligned and the counter on
 /// its own cache line.
 constexpr std::size_t kControlBytes = 4096;
-/// Staging buffers per rank, used in turn. More would not let ranks drift further apart: a rank
-/// starts segment k only after every rank has reduced segment k-1 (so copied out k-2).
-constexpr std::uint64_t kSlots = 2;
-/// Phases per segment: staged (3k+1), reduced (3k+2), copied out (3k+3).
-constexpr std::uint64_t kPhases = 3;
 
 Counter& progress(const NodeGroup& g, int q) {
   return *std::launder(reinterpret_cast<Counter*>(g.memory->segment(q)));
-}
-
-std::byte* staging(const NodeGroup& g, int q, std::uint64_t segment) {
-  return g.memory->segment(q) + kControlBytes + static_cast<std::size_t>(segment % kSlots) * g.segment_bytes;
 }
 
 [[noreturn]] void wait_timeout(const NodeGroup& g, const WaitPolicy& policy, std::uint64_t value) {
@@ -107,6 +101,12 @@ std::byte* staging(const NodeGroup& g, int q, std::uint64_t segment) {
   // Secondary: these ranks share our memory and are alive, so they are stuck in a wait of their
   // own (hierarchical's inter-node step); abort_job lets their report, naming the cause, go first.
   throw SecondaryTimeoutError(os.str(), __FILE__, __LINE__);
+}
+
+}  // namespace
+
+std::byte* staging(const NodeGroup& g, int q, std::uint64_t segment) {
+  return g.memory->segment(q) + kControlBytes + static_cast<std::size_t>(segment % kSlots) * g.segment_bytes;
 }
 
 /// Publishes this rank's progress (release: everything it wrote or read before is ordered first).
@@ -134,6 +134,19 @@ void wait_for_all(const NodeGroup& g, const WaitPolicy& policy, std::uint64_t va
 void wait_slot_free(const NodeGroup& g, const WaitPolicy& policy, std::uint64_t k) {
   if (k >= kSlots) wait_for_all(g, policy, kPhases * (k - kSlots) + 3);
 }
+
+void reduce_staged(const NodeGroup& g, std::uint64_t k, void* out, std::size_t at, std::size_t count,
+                   DataType type, ReduceOp op) {
+  const int m = g.local_size();
+  if (m == 1) {
+    std::memcpy(out, staging(g, 0, k) + at, count * size_of(type));
+    return;
+  }
+  reduce_to(out, staging(g, 0, k) + at, staging(g, 1, k) + at, count, type, op);
+  for (int q = 2; q < m; ++q) reduce_into(out, staging(g, q, k) + at, count, type, op);
+}
+
+namespace {
 
 /// out = own ⊕ staging(q ≠ me) over [first, first+len) elements, peers in local-rank order.
 void reduce_slice(const NodeGroup& g, std::uint64_t k, std::byte* out, const std::byte* own,
@@ -232,9 +245,7 @@ void shm_allreduce(CollContext& ctx, NodeGroup& g, const void* send, void* recv,
   std::memcpy(staging(g, g.local_rank(), k), send, bytes);
   publish(g, kPhases * k + 1);
   wait_for_all(g, ctx.policy, kPhases * k + 1);
-  const int m = g.local_size();
-  reduce_to(recv, staging(g, 0, k), staging(g, 1, k), count, type, op);
-  for (int q = 2; q < m; ++q) reduce_into(recv, staging(g, q, k), count, type, op);
+  reduce_staged(g, k, recv, 0, count, type, op);
   publish(g, kPhases * k + 3);  // no rank waits for 3k+2 of a one-step segment
 }
 

@@ -245,7 +245,7 @@ TEST(MpiCollectives, InPlaceBalancedReduceScatterAllgatherMatchMpi) {
 }
 
 // Every reduce-scatter / all-gather algorithm (ring, rabenseifner = recursive halving /
-// doubling, auto) and form against MPI_Reduce_scatter_block / MPI_Reduce_scatter (balanced
+// doubling, shm = single copy through node shared memory, on one node only; auto) and form against MPI_Reduce_scatter_block / MPI_Reduce_scatter (balanced
 // blocks) / MPI_Allgather(v), at counts 0, 1, P-1 and 1000003 (trimmed by
 // HPCTRAIN_TEST_MAX_COUNT): i64 and integer-valued f32 sums are exact, so they must equal MPI's;
 // f64 and bf16 sums of random values are checked against the float64 reference and its bound.
@@ -253,6 +253,7 @@ class MpiScatterGather : public ::testing::TestWithParam<Algorithm> {};
 
 TEST_P(MpiScatterGather, EveryFormMatchesMpiAndTheReference) {
   const Algorithm algo = GetParam();
+  if (algo == Algorithm::shm && several_nodes()) GTEST_SKIP() << "shm needs one node (ShmOnSeveralNodesFails)";
   Communicator comm = make_comm(64 << 10, 64 << 10);
   const int p = comm.size(), r = comm.rank();
   const auto up = static_cast<std::size_t>(p);
@@ -320,7 +321,7 @@ TEST_P(MpiScatterGather, EveryFormMatchesMpiAndTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, MpiScatterGather,
-                         ::testing::Values(Algorithm::ring, Algorithm::rabenseifner, Algorithm::automatic),
+                         ::testing::Values(Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm, Algorithm::automatic),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(MpiCollectives, ReduceScatterAllgatherBroadcast) {
@@ -461,6 +462,11 @@ TEST(MpiCollectives, ShmStressBackToBack) {
     bad = testing::shm_stress(comm, algo, iterations, &first);
     EXPECT_EQ(bad, 0u) << to_string(algo) << " rank " << r << ": " << first;
   }
+  // shm reduce-scatters and all-gathers interleaved with shm all-reduces on the same counters.
+  if (!several_nodes()) {
+    std::string first;
+    EXPECT_EQ(testing::shm_scatter_gather_stress(comm, iterations / 2, &first), 0u) << "rank " << r << ": " << first;
+  }
 }
 
 // shm over ranks of several (virtual) nodes is refused on every rank with an error that names
@@ -479,6 +485,25 @@ TEST(MpiCollectives, ShmOnSeveralNodesFails) {
   }
   comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::hierarchical);
   EXPECT_EQ(x, comm.size());
+  // The reduce-scatter and all-gather refuse alike, pointing at what runs across nodes.
+  std::vector<std::int64_t> in(static_cast<std::size_t>(comm.size()), 1), out(1);
+  for (int form = 0; form < 2; ++form) {
+    try {
+      if (form == 0) comm.reduce_scatter(in.data(), out.data(), 1, DataType::i64, ReduceOp::sum, Algorithm::shm);
+      else comm.iallgather(out.data(), in.data(), 1, DataType::i64, Algorithm::shm).wait();
+      ADD_FAILURE() << "shm ran across nodes";
+    } catch (const hpctrain::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(form == 0 ? "reduce_scatter: algorithm 'shm' needs every rank on one node"
+                                    : "allgather: algorithm 'shm' needs every rank on one node"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("use ring or rabenseifner"), std::string::npos) << what;
+    }
+  }
+  std::fill(in.begin(), in.end(), 1);  // the refused all-gather may have placed its own block
+  comm.reduce_scatter(in.data(), out.data(), 1, DataType::i64, ReduceOp::sum, Algorithm::ring);
+  EXPECT_EQ(out[0], comm.size());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Reduce-scatter and all-gather by every algorithm they run (ring, rabenseifner = recursive
-// halving / doubling, auto) × ranks 1..16 over the loopback transport: blocking, non-blocking
+// halving / doubling, shm = single copy through node shared memory, auto) × ranks 1..16 over the loopback transport: blocking, non-blocking
 // and in-place balanced forms, f32/f64/bf16/i64 and every op, against the float64 / exact
 // integer reference of reference.hpp (never the code under test); odd counts 0, 1, P-1, 1001 and
 // 1000003; integer results bit-identical between algorithms; the cost model's choice; refusal of
@@ -7,18 +7,23 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/loopback_transport.hpp"
 #include "loopback_ranks.hpp"
 #include "reference.hpp"
+#include "shm_stress.hpp"
 
 namespace hpctrain::coll {
 namespace {
@@ -26,7 +31,7 @@ namespace {
 struct Variant {
   const char* name;
   Algorithm algo;
-  std::size_t segment_bytes;  ///< ring and halving segments
+  std::size_t segment_bytes;  ///< ring and halving segments; shm staging (at least 4096)
 };
 const Variant kVariants[] = {
     {"ring", Algorithm::ring, 1 << 20},
@@ -34,6 +39,10 @@ const Variant kVariants[] = {
     // 64-byte segments: the halving exchanges wrap the receive window many times.
     {"rabenseifner_small_segments", Algorithm::rabenseifner, 64},
     {"automatic", Algorithm::automatic, 1 << 20},
+    {"shm", Algorithm::shm, 1 << 20},
+    // 4 KiB staging: at 16 ranks a step moves 32 f64 of every block, so 1001 takes many steps and
+    // both staging buffers are reused many times.
+    {"shm_small_segments", Algorithm::shm, 64},
 };
 
 Tuning variant_tuning(const Variant& v) {
@@ -41,6 +50,7 @@ Tuning variant_tuning(const Variant& v) {
   t.timeout_s = 60;  // a bug shows up as a TimeoutError, not a hung test
   t.ring_segment_bytes = v.segment_bytes;
   t.rabenseifner_segment_bytes = v.segment_bytes;
+  t.shm_segment_bytes = std::max<std::size_t>(v.segment_bytes, 4096);
   return t;
 }
 
@@ -214,11 +224,11 @@ TEST_P(ScatterGatherLarge, OneMillionAndThree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, ScatterGatherLarge,
-                         ::testing::Combine(::testing::Values(kVariants[0], kVariants[1]),
+                         ::testing::Combine(::testing::Values(kVariants[0], kVariants[1], kVariants[4]),
                                             ::testing::Values(2, 3, 6, 16)),
                          variant_and_ranks_name);
 
-// Integer sums are exact, so ring and halving must give the same bytes (floats may differ in
+// Integer sums are exact, so ring, halving and shm must give the same bytes (floats may differ in
 // the last bits: another combination order); at every rank count 1..16, block and in place.
 TEST(ScatterGatherDeterminism, IntegerResultsAreTheSameBytesForEveryAlgorithm) {
   for (int ranks = 1; ranks <= 16; ++ranks) {
@@ -229,17 +239,22 @@ TEST(ScatterGatherDeterminism, IntegerResultsAreTheSameBytesForEveryAlgorithm) {
       const std::size_t count = 1001;
       std::vector<std::int64_t> in(count * static_cast<std::size_t>(ranks));
       testing::fill_input(DataType::i64, ReduceOp::sum, 17, comm.rank(), in.data(), in.size());
-      std::vector<std::int64_t> ring(count), halving(count), ring_bal(in.begin(), in.begin() + count),
-          halving_bal = ring_bal;
+      std::vector<std::int64_t> ring(count), halving(count), shm(count), ring_bal(in.begin(), in.begin() + count),
+          halving_bal = ring_bal, shm_bal = ring_bal;
       comm.reduce_scatter(in.data(), ring.data(), count, DataType::i64, ReduceOp::sum, Algorithm::ring);
       comm.reduce_scatter(in.data(), halving.data(), count, DataType::i64, ReduceOp::sum, Algorithm::rabenseifner);
+      comm.reduce_scatter(in.data(), shm.data(), count, DataType::i64, ReduceOp::sum, Algorithm::shm);
       comm.ireduce_scatter_in_place(ring_bal.data(), count, DataType::i64, ReduceOp::sum, Algorithm::ring).wait();
       comm.ireduce_scatter_in_place(halving_bal.data(), count, DataType::i64, ReduceOp::sum, Algorithm::rabenseifner)
           .wait();
-      if (std::memcmp(ring.data(), halving.data(), count * 8) != 0) f.add("block reduce_scatter differs");
+      comm.ireduce_scatter_in_place(shm_bal.data(), count, DataType::i64, ReduceOp::sum, Algorithm::shm).wait();
+      if (std::memcmp(ring.data(), halving.data(), count * 8) != 0) f.add("block reduce_scatter differs (halving)");
+      if (std::memcmp(ring.data(), shm.data(), count * 8) != 0) f.add("block reduce_scatter differs (shm)");
       const BlockRange own = balanced_block(count, ranks, comm.rank());
       if (std::memcmp(ring_bal.data() + own.offset, halving_bal.data() + own.offset, own.count * 8) != 0)
-        f.add("in-place reduce_scatter differs");
+        f.add("in-place reduce_scatter differs (halving)");
+      if (std::memcmp(ring_bal.data() + own.offset, shm_bal.data() + own.offset, own.count * 8) != 0)
+        f.add("in-place reduce_scatter differs (shm)");
     });
     EXPECT_EQ(f.count.load(), 0u) << "ranks=" << ranks << ": " << f.first;
   }
@@ -252,8 +267,7 @@ TEST(ScatterGatherErrors, UnsupportedAlgorithmIsRefusedNamingIt) {
   t.timeout_s = 10;
   testing::run_loopback_ranks(1, t, [&](Communicator& comm) {
     std::vector<float> a(4), b(4);
-    for (Algorithm algo : {Algorithm::tree, Algorithm::recursive_doubling, Algorithm::shm, Algorithm::hierarchical,
-                           Algorithm::mpi}) {
+    for (Algorithm algo : {Algorithm::tree, Algorithm::recursive_doubling, Algorithm::hierarchical, Algorithm::mpi}) {
       const std::string name(to_string(algo));
       auto expect_refused = [&](const std::function<void()>& call, const char* op) {
         try {
@@ -274,6 +288,83 @@ TEST(ScatterGatherErrors, UnsupportedAlgorithmIsRefusedNamingIt) {
       expect_refused([&] { (void)comm.iallgather_in_place(a.data(), 4, DataType::f32, algo); }, "iallgather_in_place");
     }
   });
+}
+
+// Back-to-back shm reduce-scatters, all-gathers and all-reduces over 4 KiB staging buffers
+// (shm_stress.hpp): a missing slot-free wait or release/acquire pair gives wrong sums here.
+TEST(ScatterGatherShm, StressBackToBackWithAllreduce) {
+  for (int ranks : {2, 3, 4, 7, 16}) {
+    Failures f;
+    Tuning t;
+    t.timeout_s = 60;
+    t.shm_segment_bytes = 4096;
+    t.shm_small_max_bytes = 1024;
+    testing::run_loopback_ranks(ranks, t, [&](Communicator& comm) {
+      std::string mine;
+      if (testing::shm_scatter_gather_stress(comm, ranks > 4 ? 150 : 600, &mine) != 0) f.add(mine);
+    });
+    EXPECT_EQ(f.count.load(), 0u) << "ranks=" << ranks << ": " << f.first;
+  }
+}
+
+// shm over several (virtual) nodes: one clear error at every rank, naming shm, the node size and
+// what runs there instead; the communicator still works afterwards.
+TEST(ScatterGatherErrors, ShmOnSeveralVirtualNodesIsRefused) {
+  Tuning t;
+  t.timeout_s = 10;
+  t.ranks_per_node = 2;
+  std::atomic<int> named{0};
+  testing::run_loopback_ranks(4, t, [&](Communicator& comm) {
+    std::vector<std::int64_t> in(8, 1), out(2);
+    for (int form = 0; form < 2; ++form) {
+      try {
+        if (form == 0) comm.reduce_scatter(in.data(), out.data(), 2, DataType::i64, ReduceOp::sum, Algorithm::shm);
+        else comm.iallgather_in_place(in.data(), 8, DataType::i64, Algorithm::shm).wait();
+        ADD_FAILURE() << "shm ran over two virtual nodes";
+      } catch (const hpctrain::Error& e) {
+        const std::string what = e.what();
+        if (what.find("'shm'") != std::string::npos && what.find("HPCTRAIN_RANKS_PER_NODE=2") != std::string::npos &&
+            what.find("ring or rabenseifner") != std::string::npos)
+          ++named;
+        else
+          ADD_FAILURE() << what;
+      }
+    }
+    comm.reduce_scatter(in.data(), out.data(), 2, DataType::i64, ReduceOp::sum, Algorithm::ring);
+    EXPECT_EQ(out[0], 4);
+  });
+  EXPECT_EQ(named.load(), 8);
+}
+
+// A rank that never reaches the shm barrier: the other ends with the collective timeout, naming
+// the collective and the missing rank (as the shm all-reduce does).
+TEST(ScatterGatherErrors, ShmTimeoutNamesTheMissingPeer) {
+  for (int form = 0; form < 2; ++form) {
+    Tuning t;
+    t.timeout_s = 0.5;
+    std::string message;
+    auto group = make_loopback_group(2);
+    std::vector<std::int64_t> in(4, 1), out(2);
+    std::thread skipper([&] {
+      Communicator comm(std::move(group[1]), t);
+      std::vector<std::int64_t> a(4, 1), b(2);
+      comm.reduce_scatter(a.data(), b.data(), 2, DataType::i64, ReduceOp::sum, Algorithm::shm);  // then skips
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    });
+    try {
+      Communicator comm(std::move(group[0]), t);
+      comm.reduce_scatter(in.data(), out.data(), 2, DataType::i64, ReduceOp::sum, Algorithm::shm);
+      if (form == 0) comm.reduce_scatter(in.data(), out.data(), 2, DataType::i64, ReduceOp::sum, Algorithm::shm);
+      else comm.allgather(out.data(), in.data(), 2, DataType::i64, Algorithm::shm);
+      ADD_FAILURE() << "the collective completed without rank 1";
+    } catch (const TimeoutError& e) {
+      message = e.what();
+    }
+    skipper.join();
+    EXPECT_NE(message.find(form == 0 ? "reduce_scatter(shm)" : "allgather(shm)"), std::string::npos) << message;
+    EXPECT_NE(message.find("did not complete within 0.5 s"), std::string::npos) << message;
+    EXPECT_NE(message.find("still waiting in node shared memory for: rank 1"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

@@ -49,4 +49,52 @@ inline std::size_t shm_stress(Communicator& comm, Algorithm algo, int iterations
   return bad;
 }
 
+// The same for the shm reduce-scatter and all-gather, interleaved with shm all-reduces on the
+// same counters and staging buffers: in-place balanced reduce-scatters, block all-gathers and
+// all-reduces in turn, sizes changing every call (one step to many), data changing every call,
+// checked exactly (int64).
+inline std::size_t shm_scatter_gather_stress(Communicator& comm, int iterations, std::string* first) {
+  const int p = comm.size(), r = comm.rank();
+  const auto up = static_cast<std::size_t>(p);
+  std::size_t bad = 0;
+  auto value = [](int it, int rank, std::size_t i) {
+    return static_cast<std::int64_t>((static_cast<std::size_t>(it) * 1000003u + static_cast<std::size_t>(rank) * 7919u +
+                                      i * 31u) % 2000003u) - 1000001;
+  };
+  auto fail = [&](int it, const char* what, std::size_t i, std::int64_t got, std::int64_t want) {
+    if (bad++ == 0 && first)
+      *first = std::string(what) + ": rank " + std::to_string(r) + " call " + std::to_string(it) + " element " +
+               std::to_string(i) + ": got " + std::to_string(got) + ", want " + std::to_string(want);
+  };
+  std::vector<std::int64_t> buf, all;
+  for (int it = 0; it < iterations; ++it) {
+    const std::size_t count = 1 + static_cast<std::size_t>(mix(static_cast<std::uint64_t>(it))) % 6000;
+    auto sum = [&](std::size_t i) {
+      std::int64_t want = 0;
+      for (int q = 0; q < p; ++q) want += value(it, q, i);
+      return want;
+    };
+    buf.resize(count);
+    for (std::size_t i = 0; i < count; ++i) buf[i] = value(it, r, i);
+    if (it % 3 == 0) {
+      comm.ireduce_scatter_in_place(buf.data(), count, DataType::i64, ReduceOp::sum, Algorithm::shm).wait();
+      const BlockRange own = balanced_block(count, p, r);
+      for (std::size_t i = own.offset; i < own.offset + own.count; ++i)
+        if (buf[i] != sum(i)) fail(it, "reduce_scatter_in_place", i, buf[i], sum(i));
+    } else if (it % 3 == 1) {
+      all.assign(count * up, -1);
+      comm.allgather(buf.data(), all.data(), count, DataType::i64, Algorithm::shm);
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        const std::int64_t want = value(it, static_cast<int>(i / count), i % count);
+        if (all[i] != want) fail(it, "allgather", i, all[i], want);
+      }
+    } else {
+      comm.allreduce(buf.data(), buf.data(), count, DataType::i64, ReduceOp::sum, Algorithm::shm);
+      for (std::size_t i = 0; i < count; ++i)
+        if (buf[i] != sum(i)) fail(it, "allreduce", i, buf[i], sum(i));
+    }
+  }
+  return bad;
+}
+
 }  // namespace hpctrain::coll::testing

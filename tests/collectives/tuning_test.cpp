@@ -162,7 +162,9 @@ TEST(CostModel, ReduceScatterAndAllgatherFollowTheirFormulas) {
   const double hd8 = 3 * a + 7.0 / 8 * n * b + 7.0 / 8 * n * g;
   EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::rabenseifner, 3 * kMiB, 8, 8), hd8, 1e-12 * hd8);
   EXPECT_TRUE(std::isinf(t.predict_reduce_scatter_s(Algorithm::tree, 4096, 8, 8)));
-  EXPECT_TRUE(std::isinf(t.predict_allgather_s(Algorithm::shm, 4096, 8, 8)));
+  EXPECT_TRUE(std::isinf(t.predict_allgather_s(Algorithm::hierarchical, 4096, 8, 8)));
+  // The ring / halving choice on its own (shm's: ShmReduceScatterAndAllgather).
+  t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,rabenseifner", "test");
   // Latency-bound: halving / doubling from 6 ranks (at 2 ranks both are one exchange: a tie,
   // to the ring; at 3 and 5 the ring's 2 and 4 steps match lg p' + the fold's 2 and the fold's
   // bytes decide); 64 MiB at 6 ranks: the fold's 2n bytes lose.
@@ -186,6 +188,48 @@ TEST(CostModel, ReduceScatterAndAllgatherFollowTheirFormulas) {
   t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,tree", "test");
   EXPECT_EQ(t.choose_reduce_scatter(1024, 8, 8), Algorithm::ring);
   EXPECT_EQ(t.choose_allgather(1024, 8, 8), Algorithm::ring);
+}
+
+// shm reduce-scatter / all-gather (tuning.hpp's formulas, recomputed here): one flag wait per
+// staging step, the whole input staged for the reduce-scatter and the own block for the
+// all-gather; only on one node; auto takes it where it is the cheapest of the three, and not
+// when auto_algorithms leaves it out.
+TEST(CostModel, ShmReduceScatterAndAllgather) {
+  const double a = 3e-6, b = 2e-10, ai = 7e-6, bi = 5e-10, g = 3e-10, sb = 1e-10, ss = 2e-6;
+  Tuning t = Tuning::from_file(write_file("shm_scatter.json", model_file(a, b, ai, bi, g, sb, ss)));
+  const double n = 3.0 * kMiB, p = 6;  // 1 MiB staging segments (the default): 3 reduce-scatter steps
+  const double rs = 3 * ss + n * sb + (p - 1) / p * n * g;
+  const double ag = 1 * ss + n * sb;  // the own 512 KiB block: one step
+  EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::shm, 3 * kMiB, 6, 6), rs, 1e-12 * rs);
+  EXPECT_NEAR(t.predict_allgather_s(Algorithm::shm, 3 * kMiB, 6, 6), ag, 1e-12 * ag);
+  EXPECT_NEAR(t.predict_allgather_s(Algorithm::shm, 3 * kMiB, 6, 0), ag, 1e-12 * ag);  // 0: one node
+  EXPECT_TRUE(std::isinf(t.predict_reduce_scatter_s(Algorithm::shm, 3 * kMiB, 6, 3)));
+  EXPECT_TRUE(std::isinf(t.predict_allgather_s(Algorithm::shm, 3 * kMiB, 6, 1)));
+  // Copies at 10 GB/s against 2 GB/s point-to-point: shm on one node, never across nodes.
+  const Tuning fast = Tuning::from_file(write_file("shm_fast.json", model_file(2e-6, 5e-10, 2e-6, 5e-10, 1e-10, 1e-10, 1e-6)));
+  for (int ranks : {2, 4, 8}) {
+    EXPECT_EQ(fast.choose_reduce_scatter(64 * kMiB, ranks, ranks), Algorithm::shm) << ranks;
+    EXPECT_EQ(fast.choose_allgather(64 * kMiB, ranks, ranks), Algorithm::shm) << ranks;
+    EXPECT_NE(fast.choose_reduce_scatter(64 * kMiB, ranks, 1), Algorithm::shm) << ranks;
+    EXPECT_NE(fast.choose_allgather(64 * kMiB, ranks, ranks / 2), Algorithm::shm) << ranks;
+  }
+  // The choice is the smallest of the three predictions, at every size and P tried.
+  for (const Tuning* m : {static_cast<const Tuning*>(&t), &fast})
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}, kMiB, 64 * kMiB})
+      for (int ranks : {2, 3, 5, 8, 12})
+        for (bool reduce : {true, false}) {
+          auto predict = [&](Algorithm x) {
+            return reduce ? m->predict_reduce_scatter_s(x, bytes, ranks, ranks) : m->predict_allgather_s(x, bytes, ranks, ranks);
+          };
+          const Algorithm chosen = reduce ? m->choose_reduce_scatter(bytes, ranks, ranks) : m->choose_allgather(bytes, ranks, ranks);
+          for (Algorithm x : {Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm})
+            EXPECT_LE(predict(chosen), predict(x)) << bytes << " " << ranks << " " << reduce;
+        }
+  // Left out of auto_algorithms (as under SMPI), shm is never chosen.
+  Tuning restricted = fast;
+  restricted.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,rabenseifner", "test");
+  EXPECT_NE(restricted.choose_reduce_scatter(64 * kMiB, 4, 4), Algorithm::shm);
+  EXPECT_NE(restricted.choose_allgather(64 * kMiB, 4, 4), Algorithm::shm);
 }
 
 TEST(CostModel, ExplicitAlgorithmAndRestrictionsWin) {

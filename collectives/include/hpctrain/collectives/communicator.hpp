@@ -119,9 +119,10 @@ class Communicator {
 
   // Reduce-scatter and all-gather take `algo`: Algorithm::ring (the all-reduce ring's two
   // phases), Algorithm::rabenseifner (its two halves: recursive halving / recursive doubling
-  // over the same blocks, lg p steps; any rank count, the extra ranks folded in pairs) or
-  // Algorithm::automatic (the cheaper of the two in the cost model, Tuning::choose_reduce_scatter
-  // / choose_allgather: halving/doubling for latency-bound vectors, the ring for large ones).
+  // over the same blocks, lg p steps; any rank count, the extra ranks folded in pairs),
+  // Algorithm::shm (single copy through node shared memory, every rank on one node; otherwise
+  // hpctrain::Error naming it) or Algorithm::automatic (the cheapest of the three in the cost
+  // model, Tuning::choose_reduce_scatter / choose_allgather).
   // Any other algorithm throws hpctrain::Error naming it. The block layout is the same for
   // every algorithm; float sums may differ in the last bits between algorithms (another
   // combination order), integer ones never.

@@ -63,13 +63,16 @@
 /// Ties go to the earlier of ring, tree, recursive_doubling, rabenseifner, shm, hierarchical.
 ///
 /// Reduce-scatter and all-gather (n = the whole vector, p blocks; the same links, calibration of
-/// the same-named all-reduce and overhead_s; candidates ring and rabenseifner of auto_algorithms,
-/// ties to ring; HPCTRAIN_ALLREDUCE_ALGO does not apply to them):
+/// the same-named all-reduce and overhead_s; candidates ring, rabenseifner and shm of
+/// auto_algorithms, ties to the earlier; HPCTRAIN_ALLREDUCE_ALGO does not apply to them):
 /// - ring reduce-scatter: (p-1)·m·α + (p-1)/p·nβ + (p-1)/p·nγ; all-gather (p-1)·m·α + (p-1)/p·nβ.
 /// - rabenseifner (recursive halving / recursive doubling over the blocks): reduce-scatter
 ///   floor(lg p)·α + (p'-1)/p'·nβ + (p'-1)/p'·nγ + fold_rs, all-gather floor(lg p)·α +
 ///   (p'-1)/p'·nβ + fold_ag, with fold_rs = 2α + (n + n/p)β + nγ (the whole vector in, the
 ///   partner's block out) and fold_ag = 2α + (n/p + n)β when p != p', else 0.
+/// - shm (one node only, segment s = shm_segment_bytes): reduce-scatter ⌈n/s⌉·σ + nβ_shm +
+///   (p-1)/p·nγ (the whole input staged, the own block reduced from p copies); all-gather
+///   ⌈n/(p·s)⌉·σ + nβ_shm (the own block staged, the others copied out).
 /// HPCTRAIN_ALLREDUCE_ALGO (or a non-automatic `allreduce_algorithm`) bypasses the model;
 /// HPCTRAIN_AUTO_ALGOS restricts the candidates.
 
@@ -258,11 +261,12 @@ struct Tuning {
   /// predict_allreduce_s (ring when no candidate can run on the layout).
   Algorithm choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   /// The cost model's time for a reduce-scatter / all-gather of a `bytes`-byte vector (all p
-  /// blocks) by ring or rabenseifner (halving / doubling); +infinity for any other algorithm.
+  /// blocks) by ring, rabenseifner (halving / doubling) or shm (one node; +infinity over several);
+  /// +infinity for any other algorithm.
   double predict_reduce_scatter_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   double predict_allgather_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
-  /// What Algorithm::automatic runs for reduce-scatter / all-gather: the cheaper of ring and
-  /// rabenseifner among auto_algorithms (ring when neither is a candidate, or on a tie).
+  /// What Algorithm::automatic runs for reduce-scatter / all-gather: the cheapest of ring,
+  /// rabenseifner and shm among auto_algorithms (ring when none is a candidate; ties to the earlier).
   Algorithm choose_reduce_scatter(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   Algorithm choose_allgather(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   /// The algorithm among `candidates` (auto_algorithms bits) with the smallest
