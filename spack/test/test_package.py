@@ -35,6 +35,7 @@ from spack_repo.builtin.build_systems.cuda import CudaPackage  # noqa: E402
 CMAKE_TO_SPACK = {
     "Threads": None,
     "MPI": "mpi",
+    "CUDAToolkit": None,  # from CudaPackage (the +cuda variant), not a depends_on
     "HDF5": "hdf5",
     "Kokkos": "kokkos",
     "KokkosKernels": "kokkos-kernels",
@@ -126,6 +127,7 @@ def make_pkg(
     variants = {
         "cuda": cuda,
         "cuda_arch": "90" if cuda else "none",
+        "cuda_collectives": False,
         "ucx": ucx,
         "onednn": onednn,
         "benchmarks": benchmarks,

@@ -92,19 +92,20 @@ std::vector<double> centroid_norms(const std::vector<double>& centroids, std::in
   return norms;
 }
 
-/// nearest_centroids on one sub-block of n <= kSubBlockRows rows x; `dots` holds
-/// kSubBlockRows x k doubles of scratch.
-HPCTRAIN_VECTOR_CLONES
-void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const std::vector<double>& centroids,
-                          std::int64_t k, const std::vector<double>& norms, double* dots, std::int64_t* label,
-                          double* d2, double* sums) {
-  detail::rows_times_transpose(x, n, d, centroids.data(), k, dots);
+/// The second half of a sub-block's assignment, given the dots x.c of its n rows (n x k, double
+/// or float): the nearest centroid by argmin ||c||^2 - 2 x.c (ties to the lowest index), the
+/// squared distance to it from the f64 rows, and each row added to its centroid's sum.
+template <typename Dot>
+inline HPCTRAIN_ALWAYS_INLINE void assign_sub_block(const double* x, const Dot* dots, std::int64_t n, std::int64_t d,
+                                                    const std::vector<double>& centroids, std::int64_t k,
+                                                    const std::vector<double>& norms, std::int64_t* label, double* d2,
+                                                    double* sums) {
   for (std::int64_t i = 0; i < n; ++i) {
-    const double* g = dots + i * k;
+    const Dot* g = dots + i * k;
     std::int64_t arg = 0;
     double best = std::numeric_limits<double>::infinity();
     for (std::int64_t c = 0; c < k; ++c) {
-      const double score = norms[static_cast<std::size_t>(c)] - 2.0 * g[c];
+      const double score = norms[static_cast<std::size_t>(c)] - 2.0 * static_cast<double>(g[c]);
       if (score < best) {  // strict: ties go to the lowest index
         best = score;
         arg = c;
@@ -120,6 +121,16 @@ void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const
   }
 }
 
+/// nearest_centroids on one sub-block of n <= kSubBlockRows rows x; `dots` holds
+/// kSubBlockRows x k doubles of scratch.
+HPCTRAIN_VECTOR_CLONES
+void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const std::vector<double>& centroids,
+                          std::int64_t k, const std::vector<double>& norms, double* dots, std::int64_t* label,
+                          double* d2, double* sums) {
+  detail::rows_times_transpose(x, n, d, centroids.data(), k, dots);
+  assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums);
+}
+
 /// nearest_in_sub_block with single-precision dots: x32 holds the sub-block's f64 rows x rounded
 /// to float; the dots x.c come from the compute core's float gemm (oneDNN) and only pick the
 /// nearest centroid; the squared distance and the sums are taken from the f64 rows, as in
@@ -131,23 +142,7 @@ void nearest_in_sub_block_f32(const double* x, float* x32, std::int64_t n, std::
                               double* sums) {
   for (std::int64_t e = 0; e < n * d; ++e) x32[e] = static_cast<float>(x[e]);
   detail::rows_times_transpose(x32, n, d, c32.data(), k, dots);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* g = dots + i * k;
-    std::int64_t arg = 0;
-    double best = std::numeric_limits<double>::infinity();
-    for (std::int64_t c = 0; c < k; ++c) {
-      const double score = norms[static_cast<std::size_t>(c)] - 2.0 * static_cast<double>(g[c]);
-      if (score < best) {  // strict: ties go to the lowest index
-        best = score;
-        arg = c;
-      }
-    }
-    label[i] = arg;
-    const double* row = x + i * d;
-    d2[i] = squared_distance(row, centroids.data() + arg * d, d);
-    double* sum = sums + arg * d;
-    for (std::int64_t j = 0; j < d; ++j) sum[j] += row[j];
-  }
+  assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums);
 }
 
 void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::int64_t rows,

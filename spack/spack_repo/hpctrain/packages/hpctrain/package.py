@@ -64,6 +64,12 @@ class Hpctrain(CMakePackage, CudaPackage):
         description="Build the Google Benchmark binaries used for scaling studies",
     )
     variant("openmp", default=False, description="Use a Kokkos build with the OpenMP backend")
+    variant(
+        "cuda_collectives",
+        default=False,
+        description="Device buffers through the collectives (CUDA DeviceMemory; needs +cuda)",
+    )
+    conflicts("+cuda_collectives", when="~cuda", msg="cuda_collectives needs +cuda")
 
     # ROCm/HIP: the compute code is written against Kokkos only, so a Kokkos HIP backend is
     # plausible, but nothing in hpctrain has been built or run on AMD GPUs and the CMake has
@@ -154,6 +160,7 @@ class Hpctrain(CMakePackage, CudaPackage):
             self.define_from_variant("HPCTRAIN_ENABLE_UCX", "ucx"),
             self.define_from_variant("HPCTRAIN_ENABLE_ONEDNN", "onednn"),
             self.define_from_variant("HPCTRAIN_ENABLE_CUDA", "cuda"),
+            self.define_from_variant("HPCTRAIN_ENABLE_CUDA_COLLECTIVES", "cuda_collectives"),
             # Warnings differ between compilers; a user install must not fail on them.
             self.define("HPCTRAIN_WARNINGS_AS_ERRORS", False),
             # Find the MPI of the spec, not whatever mpicc comes first on PATH.
