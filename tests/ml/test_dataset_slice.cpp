@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/io/h5.hpp"
 #include "hpctrain/ml/dataset_slice.hpp"
@@ -27,8 +29,17 @@ namespace fs = std::filesystem;
 constexpr std::int64_t kSamples = 300;  // several 64-row blocks and a partial one
 constexpr std::int64_t kFeatures = 37;  // not a multiple of the 8 lanes of any loop
 
+/// A file of this process and test: ctest runs the instances of one parameterised test at once
+/// (CI failed two of them when they shared one "u8-std.h5").
 std::string temp_path(const std::string& name) {
-  return (fs::temp_directory_path() / ("hpctrain-test-dataset-slice-" + name)).string();
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string test = std::string(t->test_suite_name()) + "." + t->name();
+  for (char& c : test) {
+    if (c == '/') c = '-';
+  }
+  return (fs::temp_directory_path() /
+          ("hpctrain-test-dataset-slice-" + std::to_string(::getpid()) + "-" + test + "-" + name))
+      .string();
 }
 
 /// /samples (kSamples x kFeatures) of HDF5 type `file_type` from `values` in `mem_type`, with
