@@ -428,7 +428,6 @@ std::vector<std::int64_t> manifest_integers(const nlohmann::json& j, const char*
   return out;
 }
 
-
 /// The problems verify_checkpoint collects, with the manifest's path for the manifest's own.
 struct ProblemList {
   std::vector<CheckpointProblem>& problems;

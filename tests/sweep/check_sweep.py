@@ -354,8 +354,8 @@ def scenario_resume_pbt():
     """PBT at np 2 interrupted after an exploit, before the child finished, resumed: the child
     keeps its parent, perturbed params and run, and (once its run had reported) goes on from its
     own checkpoint. The CNN, not the MLP: an MLP trial of the 512-sample file takes ~70 ms, so
-    the whole sweep could end between the poll that saw the exploit and the SIGTERM (3 in 4 runs
-    failed so once the run start got faster)."""
+    the whole sweep could end between the poll that saw the exploit and the SIGTERM (3 runs in 4
+    failed that way once the run start got faster)."""
     space = write_space("pbt.json", {"base": base(epochs=4, deterministic=True, model="cnn", **{"global-batch": 16}),
                                      "search": {"lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
     out = os.path.join(A.workdir, "out")
