@@ -1,6 +1,6 @@
 #pragma once
-// The two dense products the ml fitters run through the BLAS (OpenBLAS's dgemm, Fortran ABI,
-// column-major), written for row-major matrices. Internal to hpctrain::ml.
+// The dense products the ml fitters run through the BLAS (OpenBLAS's dgemm and dsyrk, Fortran
+// ABI, column-major), written for row-major matrices. Internal to hpctrain::ml.
 #include <cstddef>
 #include <cstdint>
 
