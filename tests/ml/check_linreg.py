@@ -4,7 +4,8 @@
 Known answer: y = X w + b exactly (small integers, so X w + b is exact in float64) over 3000
 samples (3 sum blocks): w and b recovered to 1e-9, training mse ~ 0. Noisy data: w, b within
 1e-6 relative of numpy.linalg.lstsq, and with --l2 of the closed-form ridge solution;
-/coefficients bytes identical at np 1, 2, 3, 4. Bad input: a constant column, a column that is
+/coefficients bytes identical at np 1, 2, 3, 4. The same for rows sorted by y with a column
+offset by 10^6 (the normal solver's shift by the first block's mean, then exact centring). Bad input: a constant column, a column that is
 a sum of two others, no /targets: one clear error naming the column, non-zero exit.
 """
 import os
@@ -63,6 +64,24 @@ for np_ in (1, 2, 3, 4):
         check(np.allclose(r[0], ridge_w, rtol=1e-6) and abs(r[1] - ridge_b) <= 1e-6 * abs(ridge_b),
               f"ridge np{np_}: {r[0]} vs {ridge_w}")
 check(len(bytes_by_np) == 4 and len(set(bytes_by_np.values())) == 1, "/coefficients bytes differ over np 1..4")
+
+# The normal solver shifts every column by its mean over the first sum block (samples 0..1023),
+# then centres exactly: rows sorted by y (that block holds the smallest targets, far from the
+# mean) and column 0 offset by 10^6 (unshifted sums would lose ~12 of the 16 digits) still give
+# lstsq's answer, the same bytes at np 1..4 (at np 4 rank 0 owns no block: another rank sends the shift).
+order = np.argsort(yn)
+xs, ys = (xn[order] + [1e6, 0, 0, 0]).astype(np.float32).astype(np.float64), yn[order]  # as stored
+shifted = os.path.join(args.workdir, "sorted.h5")
+write_dataset(shifted, xs, ys)
+ref_s = np.linalg.lstsq(np.hstack([xs, np.ones((n, 1))]), ys, rcond=None)[0]
+sorted_bytes = {}
+for np_ in (1, 2, 4):
+    r = fit(np_, shifted)
+    if r:
+        sorted_bytes[np_] = r[0].tobytes() + np.float64(r[1]).tobytes()
+        check(np.allclose(r[0], ref_s[:d], rtol=1e-6, atol=0) and abs(r[1] - ref_s[d]) <= 1e-6 * abs(ref_s[d]),
+              f"sorted np{np_}: {r[0]} {r[1]} vs lstsq {ref_s}")
+check(len(sorted_bytes) == 3 and len(set(sorted_bytes.values())) == 1, "sorted: bytes differ over np 1, 2, 4")
 
 # --solver lbfgs: the same minimiser (lstsq; the ridge solution with --l2), same bytes at np 1..4.
 lbfgs_bytes = {}

@@ -1,6 +1,6 @@
 #pragma once
-// The two dense products the ml fitters run through the BLAS (OpenBLAS's dgemm, Fortran ABI,
-// column-major), written for row-major matrices. Internal to hpctrain::ml.
+// The dense products the ml fitters run through the BLAS (OpenBLAS's dgemm and dsyrk, Fortran
+// ABI, column-major), written for row-major matrices. Internal to hpctrain::ml.
 #include <cstddef>
 #include <cstdint>
 
@@ -11,6 +11,8 @@ extern "C" {
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc, std::size_t transa_len, std::size_t transb_len);
+void dsyrk_(const char* uplo, const char* trans, const int* n, const int* k, const double* alpha, const double* a,
+            const int* lda, const double* beta, double* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
 }
 
 namespace hpctrain::ml::detail {
@@ -31,6 +33,14 @@ inline void add_transpose_times_rows(const double* g, std::int64_t rows, std::in
   const int m = static_cast<int>(d), n = static_cast<int>(k), kk = static_cast<int>(rows);
   const double one = 1.0;
   dgemm_("N", "T", &m, &n, &kk, &one, x, &m, g, &n, &one, acc, &m, 1, 1);
+}
+
+/// q (k x k) = a^T a for a (rows x k), row-major; only q's lower triangle (c <= r) is written.
+/// Column-major view: q_cm = a_cm a_cm^T (dsyrk, upper triangle), a_cm = a^T (k x rows).
+inline void transpose_times_self(const double* a, std::int64_t rows, std::int64_t k, double* q) {
+  const int n = static_cast<int>(k), kk = static_cast<int>(rows);
+  const double one = 1.0, zero = 0.0;
+  dsyrk_("U", "N", &n, &kk, &one, a, &n, &zero, q, &n, 1, 1);
 }
 
 /// The same two products in single precision (logreg --products f32), through the compute

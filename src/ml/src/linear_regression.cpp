@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
 #include "blas_products.hpp"
 #include "lbfgs_minimizer.hpp"
@@ -24,16 +25,11 @@ namespace hpctrain::ml {
 
 namespace {
 
-/// Collective: with l2 = 0 a column whose min equals its max is an error naming it.
-void require_no_constant_column(coll::Communicator& comm, const DatasetSlice& data) {
+/// Collective: with l2 = 0 a column whose min equals its max is an error naming it; `lo` and
+/// `hi` are this rank's column minima and maxima (reduced here).
+void require_no_constant_column(coll::Communicator& comm, const DatasetSlice& data, std::vector<double> lo,
+                                std::vector<double> hi) {
   const auto d = static_cast<std::size_t>(data.features);
-  std::vector<double> lo(d, std::numeric_limits<double>::infinity()), hi(d, -std::numeric_limits<double>::infinity());
-  for (std::int64_t i = 0; i < data.rows; ++i) {
-    for (std::size_t j = 0; j < d; ++j) {
-      lo[j] = std::min(lo[j], data.row(i)[j]);
-      hi[j] = std::max(hi[j], data.row(i)[j]);
-    }
-  }
   comm.allreduce(lo.data(), d, coll::ReduceOp::min);
   comm.allreduce(hi.data(), d, coll::ReduceOp::max);
   for (std::size_t j = 0; j < d; ++j) {
@@ -72,36 +68,93 @@ std::vector<double> solve_normal_equations(std::vector<double> c, std::vector<do
   return rhs;
 }
 
-/// The exact sums of Xc^T Xc (d x d, into `cross`) and Xc^T yc (d, into `rhs`) over all samples,
-/// Xc = X - x_mean, yc = y - y_mean: per 64-row sub-block the centred rows A = [Xc yc] and
-/// A^T A by dgemm (the same calls at any P), then the (d + 1)^2 block sums added exactly.
-void centred_cross_products(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
-                            const std::vector<double>& x_mean, double y_mean, std::vector<double>& cross,
-                            std::vector<double>& rhs) {
+/// The means of [X y] and the centred cross products Xc^T Xc (d x d, both triangles) and Xc^T yc (d).
+struct CentredSums {
+  std::vector<double> x_mean, cross, rhs;
+  double y_mean = 0.0;
+};
+
+/// Collective: the mean of [X y] over the first sum block (global samples [0, kSumBlockSamples)),
+/// summed in order on its owner (rank 0, or a later one where P > B leaves rank 0 without
+/// blocks) and broadcast from there: a shift near the data that depends on the data alone.
+std::vector<double> first_block_mean(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data) {
   const std::int64_t d = data.features, e = d + 1;
-  std::vector<double> a(static_cast<std::size_t>(detail::kSubBlockRows * e));
-  const auto sums = exact_sum_over_samples(comm, part, static_cast<std::size_t>(e * e), [&](std::int64_t first,
-                                                                                          std::int64_t count, double* t) {
-    for (std::int64_t sub = first; sub < first + count; sub += detail::kSubBlockRows) {
-      const std::int64_t rows = std::min(detail::kSubBlockRows, first + count - sub);
-      for (std::int64_t i = 0; i < rows; ++i) {
-        double* ai = a.data() + i * e;
-        for (std::int64_t j = 0; j < d; ++j) ai[j] = data.row(sub + i)[j] - x_mean[static_cast<std::size_t>(j)];
-        ai[d] = data.targets[static_cast<std::size_t>(sub + i)] - y_mean;
-      }
-      detail::add_transpose_times_rows(a.data(), rows, e, a.data(), e, t);  // t += A^T A
+  std::vector<double> shift(static_cast<std::size_t>(e), 0.0);
+  if (part.first_block == 0 && part.block_count > 0) {
+    const std::int64_t rows = part.block_length(0);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t j = 0; j < d; ++j) shift[static_cast<std::size_t>(j)] += data.row(i)[j];
+      shift[static_cast<std::size_t>(d)] += data.targets[static_cast<std::size_t>(i)];
+    }
+    for (auto& v : shift) v /= static_cast<double>(rows);
+  }
+  const int owner = SamplePartition::owner_of(part.total_samples, 0, comm.size());
+  comm.broadcast(shift.data(), shift.size(), coll::DataType::f64, owner);
+  return shift;
+}
+
+/// Samples [first, first + count) (one sum block) of [X - s_x, y - s_y, 1] into `a` (count x
+/// (d + 2), row-major: the column of ones makes a^T a hold the column sums); their column ranges
+/// folded into `lo` and `hi` (d each). Element-wise IEEE operations: the same bits in any clone.
+HPCTRAIN_VECTOR_CLONES void shifted_rows(const DatasetSlice& data, std::int64_t first, std::int64_t count,
+                                         const double* __restrict shift, double* __restrict a,
+                                         double* __restrict lo, double* __restrict hi) {
+  const std::int64_t d = data.features, w = d + 2;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double* __restrict x = data.row(first + i);
+    double* __restrict ai = a + i * w;
+    for (std::int64_t j = 0; j < d; ++j) {
+      lo[j] = std::min(lo[j], x[j]);
+      hi[j] = std::max(hi[j], x[j]);
+      ai[j] = x[j] - shift[j];
+    }
+    ai[d] = data.targets[static_cast<std::size_t>(first + i)] - shift[d];
+    ai[d + 1] = 1.0;
+  }
+}
+
+/// Collective, one pass over the samples: with A = [X y] - s, s = first_block_mean, the exact
+/// sums of A's columns (S, e = d + 1 values) and of A^T A's lower triangle (Q, by one dsyrk per
+/// sum block: the same call at any P), then the centred sums Q - S S^T / n, which do not depend
+/// on s (a shift near the data keeps the cancellation small). With `check_constant` a column
+/// whose min equals its max is an error.
+CentredSums centred_sums(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
+                         bool check_constant) {
+  const std::int64_t d = data.features, e = d + 1, tri = e * (e + 1) / 2;
+  const auto shift = first_block_mean(comm, part, data);
+  std::vector<double> a(static_cast<std::size_t>(kSumBlockSamples * (e + 1)));
+  std::vector<double> q(static_cast<std::size_t>((e + 1) * (e + 1)));
+  std::vector<double> lo(static_cast<std::size_t>(d), std::numeric_limits<double>::infinity());
+  std::vector<double> hi(static_cast<std::size_t>(d), -std::numeric_limits<double>::infinity());
+  const auto width = static_cast<std::size_t>(e + tri);
+  const auto sums = exact_sum_over_samples(comm, part, width, [&](std::int64_t first, std::int64_t count, double* t) {
+    shifted_rows(data, first, count, shift.data(), a.data(), lo.data(), hi.data());
+    detail::transpose_times_self(a.data(), count, e + 1, q.data());  // [A 1]^T [A 1] (lower triangle)
+    for (std::int64_t c = 0; c < e; ++c) t[c] = q[static_cast<std::size_t>(e * (e + 1) + c)];  // 1^T A
+    double* packed = t + e;
+    for (std::int64_t r = 0; r < e; ++r) {
+      for (std::int64_t c = 0; c <= r; ++c) *packed++ = q[static_cast<std::size_t>(r * (e + 1) + c)];
     }
   });
-  cross.assign(static_cast<std::size_t>(d * d), 0.0);
-  rhs.assign(static_cast<std::size_t>(d), 0.0);
+  if (check_constant) require_no_constant_column(comm, data, std::move(lo), std::move(hi));
+  const double n = static_cast<double>(part.total_samples);
+  const auto centred = [&](std::int64_t r, std::int64_t c) {  // r >= c
+    const double* s = sums.data();
+    return sums[static_cast<std::size_t>(e + r * (r + 1) / 2 + c)] - s[r] * (s[c] / n);
+  };
+  CentredSums m;
+  m.cross.resize(static_cast<std::size_t>(d * d));
+  m.rhs.resize(static_cast<std::size_t>(d));
+  m.x_mean.resize(static_cast<std::size_t>(d));
   for (std::int64_t r = 0; r < d; ++r) {
     for (std::int64_t c = 0; c < d; ++c) {
-      // The lower triangle, mirrored: the dgemm need not give bitwise-symmetric sums.
-      const std::int64_t lo = std::max(r, c), hi = std::min(r, c);
-      cross[static_cast<std::size_t>(r * d + c)] = sums[static_cast<std::size_t>(lo * e + hi)];
+      m.cross[static_cast<std::size_t>(r * d + c)] = centred(std::max(r, c), std::min(r, c));
     }
-    rhs[static_cast<std::size_t>(r)] = sums[static_cast<std::size_t>(d * e + r)];
+    m.rhs[static_cast<std::size_t>(r)] = centred(d, r);
+    m.x_mean[static_cast<std::size_t>(r)] = shift[static_cast<std::size_t>(r)] + sums[static_cast<std::size_t>(r)] / n;
   }
+  m.y_mean = shift[static_cast<std::size_t>(d)] + sums[static_cast<std::size_t>(d)] / n;
+  return m;
 }
 
 /// One evaluation of the objective and its gradient for the lbfgs solver (see the header).
@@ -169,24 +222,11 @@ LinearRegressionResult fit_linear_regression(coll::Communicator& comm, const Sam
   if (o.solver == LinearSolver::lbfgs) return fit_by_lbfgs(comm, part, data, o);
   const std::int64_t d = data.features;
   const auto n = static_cast<double>(part.total_samples);
-  if (o.l2 == 0.0) require_no_constant_column(comm, data);
-
-  // Pass 1: means of the features and the target.
-  auto sums = exact_sum_over_samples(comm, part, static_cast<std::size_t>(d + 1), [&](std::int64_t first,
-                                                                                   std::int64_t count, double* t) {
-    for (std::int64_t i = first; i < first + count; ++i) {
-      for (std::int64_t j = 0; j < d; ++j) t[j] += data.row(i)[j];
-      t[d] += data.targets[static_cast<std::size_t>(i)];
-    }
-  });
-  for (auto& v : sums) v /= n;
-  const double y_mean = sums[static_cast<std::size_t>(d)];
-  sums.pop_back();
-  const std::vector<double>& x_mean = sums;
-
-  // Pass 2: centred cross products [Xc yc]^T [Xc yc] by one dgemm per 64-row sub-block.
-  std::vector<double> cross, rhs;
-  centred_cross_products(comm, part, data, x_mean, y_mean, cross, rhs);
+  // One pass: the column sums and cross products of [X y] - shift, and the column ranges.
+  CentredSums m = centred_sums(comm, part, data, o.l2 == 0.0);
+  const std::vector<double>& x_mean = m.x_mean;
+  const double y_mean = m.y_mean;
+  std::vector<double> cross = std::move(m.cross), rhs = std::move(m.rhs);
 
   LinearRegressionResult r;
   r.coefficients.assign(static_cast<std::size_t>(d + 1), 0.0);  // w, then b
@@ -210,7 +250,7 @@ LinearRegressionResult fit_linear_regression(coll::Communicator& comm, const Sam
   r.intercept = r.coefficients.back();
   r.coefficients.pop_back();
 
-  // Pass 3: the residual of the fitted model.
+  // Second pass: the residual of the fitted model.
   const auto res = exact_sum_over_samples(comm, part, 1, [&](std::int64_t first, std::int64_t count, double* t) {
     for (std::int64_t i = first; i < first + count; ++i) {
       double e = data.targets[static_cast<std::size_t>(i)] - r.intercept;

@@ -5,11 +5,13 @@
 /// Objective: (1/2n) ||y - X w - b||^2 + (l2/2) ||w||^2, the intercept b unpenalised
 /// (scikit-learn's Ridge with alpha = n * l2). Normal equations on centred data:
 ///   (Xc^T Xc / n + l2 I) w = Xc^T yc / n,   b = mean(y) - mean(X) w,
-/// with Xc = X - mean(X), yc = y - mean(y). Three passes over the local samples, each an exact
-/// P-independent sum (exact_block_sum.hpp): the means (d + 1 values), the centred cross
-/// products (d^2 + d values), the residual (1 value). Rank 0 solves by LAPACK's Cholesky
-/// (dpotrf/dpotrs) and broadcasts w and b. Cost: 3 N d^2 γ / P + d^3 / 3 γ (rank 0) +
-/// α + 24 (d^2 + d) β.
+/// with Xc = X - mean(X), yc = y - mean(y). Two passes over the local samples, each an exact
+/// P-independent sum (exact_block_sum.hpp): first, per sum block, one dsyrk of [A 1]^T [A 1]
+/// with A = [X y] - s, s the first sum block's mean (the column sums of A and A^T A's lower
+/// triangle, (d + 1)(d + 4)/2 values; the column ranges in the same pass), centred after the
+/// exact sum as A^T A - (1^T A)^T (1^T A) / n; then the residual (1 value). Rank 0 solves by
+/// LAPACK's Cholesky (dpotrf/dpotrs) and broadcasts w and b. Cost: N d^2 γ / P + d^3 / 3 γ
+/// (rank 0) + 2 α + 12 d^2 β.
 /// Solver `lbfgs` (for wide data, where d^2 sums are too many): L-BFGS (libLBFGS, as logreg)
 /// on the same objective from w = 0, b = 0; per evaluation one pass, per 64-row sub-block two
 /// dgemv-shaped dgemm calls (X w, r^T X), the 1 + d + 1 sums [r^2, r x, r] added exactly, so
