@@ -405,6 +405,29 @@ nlohmann::json read_manifest(const std::string& step_dir) {
 
 namespace {
 
+/// `key` of `j` as an integer. nlohmann's get<std::int64_t>() of a float outside int64's range
+/// is undefined behaviour (fuzz.manifest found `"bytes": 1.7e84`), so anything but an integer is
+/// refused first.
+std::int64_t manifest_integer(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  HPCTRAIN_REQUIRE(v.is_number_integer(), std::string("malformed manifest: '") + key + "' is " + v.dump() +
+                                              ", not an integer");
+  return v.get<std::int64_t>();
+}
+
+/// `key` of `j` as a list of integers (manifest_integer's rule for each).
+std::vector<std::int64_t> manifest_integers(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  HPCTRAIN_REQUIRE(v.is_array(), std::string("malformed manifest: '") + key + "' is " + v.dump() + ", not a list");
+  std::vector<std::int64_t> out;
+  for (const auto& e : v) {
+    HPCTRAIN_REQUIRE(e.is_number_integer(), std::string("malformed manifest: '") + key + "' holds " + e.dump() +
+                                                ", not an integer");
+    out.push_back(e.get<std::int64_t>());
+  }
+  return out;
+}
+
 /// The problems verify_checkpoint collects, with the manifest's path for the manifest's own.
 struct ProblemList {
   std::vector<CheckpointProblem>& problems;
@@ -426,7 +449,7 @@ bool verify_manifest_header(const nlohmann::json& m, const ProblemList& report) 
     return false;
   }
   const auto& shards = m.at("shards");
-  const std::int64_t world = m.at("world_size").get<std::int64_t>();
+  const std::int64_t world = manifest_integer(m, "world_size");
   if (!shards.is_array() || world < 1 || static_cast<std::int64_t>(shards.size()) != world || world > (1 << 24)) {
     report.manifest("world_size and shard list disagree");
     return false;
@@ -439,12 +462,12 @@ bool verify_manifest_header(const nlohmann::json& m, const ProblemList& report) 
 /// a reader allocate more than the files on disk hold). False ends the verification.
 bool verify_tensor_layout(const nlohmann::json& m, std::int64_t max_elements, const ProblemList& report,
                           std::vector<std::int64_t>& claimed) {
-  const std::int64_t world = m.at("world_size").get<std::int64_t>();
+  const std::int64_t world = manifest_integer(m, "world_size");
   claimed.assign(static_cast<std::size_t>(world), 0);
   std::int64_t total = 0;
   for (const auto& t : m.at("tensors")) {
     const std::string name = t.at("name").get<std::string>();
-    const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
+    const auto shape = manifest_integers(t, "shape");
     std::int64_t n = 1;
     for (auto d : shape) {
       if (d < 0 || d > max_elements || (d > 0 && n > max_elements / d)) {
@@ -460,8 +483,8 @@ bool verify_tensor_layout(const nlohmann::json& m, std::int64_t max_elements, co
     }
     std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
     for (const auto& p : t.at("pieces")) {
-      const auto shard = p.at("shard").get<std::int64_t>(), off = p.at("offset").get<std::int64_t>(),
-                 cnt = p.at("count").get<std::int64_t>();
+      const auto shard = manifest_integer(p, "shard"), off = manifest_integer(p, "offset"),
+                 cnt = manifest_integer(p, "count");
       if (shard < 0 || shard >= world || off < 0 || cnt < 0 || off > n || cnt > n - off) {
         report.manifest("tensor '" + name + "' has a piece outside its shape or shard list");
         return false;
@@ -503,7 +526,12 @@ void verify_shard_files(const nlohmann::json& m, const fs::path& dir, const std:
       report.file(path, "shard missing");
       continue;
     }
-    const auto want_bytes = s.at("bytes").get<std::uint64_t>();
+    const auto& bytes = s.at("bytes");
+    if (!bytes.is_number_unsigned()) {  // get<uint64_t> of a float is undefined, of a negative value wraps
+      report.manifest("shard '" + file + "' has bytes " + bytes.dump() + ", not a non-negative integer");
+      continue;
+    }
+    const auto want_bytes = bytes.get<std::uint64_t>();
     // Pieces are stored uncompressed as float32: a shard cannot hold more than bytes / 4.
     if (static_cast<std::uint64_t>(claimed[r]) > want_bytes / sizeof(float)) {
       report.manifest("tensor pieces in shard '" + file + "' claim " + std::to_string(claimed[r] * 4) +

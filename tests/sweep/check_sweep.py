@@ -186,8 +186,11 @@ def scenario_resume():
     """--scheduler none with "deterministic": interrupted with a trial mid-way, resumed: each trial
     once, finished ones untouched, and a trial continued from its checkpoint ends with the bytes
     of the same training uninterrupted at another rank count."""
-    space = write_space("resume.json", {"base": base(epochs=3, deterministic=True),
-                                        "search": {"lr": {"uniform": [0.01, 0.1]}}, "seed": 2})
+    # The CNN at batch 16 (it diverges near lr 0.1): an epoch lasts long enough for the SIGTERM
+    # to land within it (an MLP trial of the test file takes ~70 ms, so the sweep could finish
+    # between poll and signal).
+    space = write_space("resume.json", {"base": base(epochs=3, deterministic=True, model="cnn", **{"global-batch": 16}),
+                                        "search": {"lr": {"uniform": [0.005, 0.04]}}, "seed": 2})
     out = os.path.join(A.workdir, "out")
     proc = subprocess.Popen(sweep_cmd(2, space, out, "--max-trials", "8"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -209,7 +212,7 @@ def scenario_resume():
         metrics = os.path.join(A.workdir, f"plain-{r['trial']}.jsonl")
         cmd = [A.mpiexec, "-n", "3", "--oversubscribe", A.hpctrain, "train", "--data", A.data, "--eval-data", A.data,
                "--epochs", "3", "--log-every", "0", "--deterministic", "--lr", str(r["params"]["lr"]),
-               "--global-batch", "64", "--metrics", metrics, "--quiet"]
+               "--model", "cnn", "--global-batch", "16", "--metrics", metrics, "--quiet"]
         subprocess.run(cmd, check=True, timeout=120)
         plain = [json.loads(line) for line in open(metrics)][-1]["parameter_checksum"]
         final = [e for e in trial_metrics(out, r["trial"])[-1] if e["type"] == "summary"][-1]["parameter_checksum"]
@@ -217,12 +220,14 @@ def scenario_resume():
 
 
 def mid_trial(out, epochs):
-    """A trial has finished, and another was told to continue after an epoch (< `epochs`), so it
-    has a whole epoch to train before it can finish."""
+    """A trial has finished, and another was told to continue after an epoch before its last
+    but one, so it has the rest of this epoch and a whole one more to train before it can finish.
+    (A trial in its last epoch may be past its last step, in the final evaluation, when the
+    signal lands: it then completes, and nothing is cut.)"""
     try:
         done = {r["trial"] for r in results(out)}
         latest = {r["trial"]: r for r in journal(out)}
-        return bool(done) and any(t not in done and r["epochs"] < epochs and r["decision"]["action"] == "continue"
+        return bool(done) and any(t not in done and r["epochs"] < epochs - 1 and r["decision"]["action"] == "continue"
                                   for t, r in latest.items())
     except (OSError, ValueError, KeyError):
         return False
@@ -292,9 +297,10 @@ def asha_decisions(reports, rungs, rf):
 def scenario_resume_asha():
     """ASHA at np 2 interrupted with a trial mid-way, resumed: the scheduler's rungs and the
     interrupted trials' progress survive the interruption."""
-    # Batch 16 (32 steps an epoch): an epoch lasts long enough for the SIGTERM to land within it.
-    space = write_space("asha.json", {"base": base(epochs=4, **{"global-batch": 16}),
-                                      "search": {"lr": {"loguniform": [0.003, 0.3]}}, "seed": 3})
+    # The CNN at batch 16 (32 steps an epoch): an epoch lasts long enough for the SIGTERM to land
+    # within it; an MLP epoch of the test file is over between the poll and the signal.
+    space = write_space("asha.json", {"base": base(epochs=4, model="cnn", **{"global-batch": 16}),
+                                      "search": {"lr": {"loguniform": [0.002, 0.04]}}, "seed": 3})
     out = os.path.join(A.workdir, "out")
     args = ("--max-trials", "8", "--scheduler", "asha")
     proc = subprocess.Popen(sweep_cmd(2, space, out, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -354,8 +360,8 @@ def scenario_resume_pbt():
     """PBT at np 2 interrupted after an exploit, before the child finished, resumed: the child
     keeps its parent, perturbed params and run, and (once its run had reported) goes on from its
     own checkpoint. The CNN, not the MLP: an MLP trial of the 512-sample file takes ~70 ms, so
-    the whole sweep could end between the poll that saw the exploit and the SIGTERM (3 in 4 runs
-    failed so once the run start got faster)."""
+    the whole sweep could end between the poll that saw the exploit and the SIGTERM (3 runs in 4
+    failed that way once the run start got faster)."""
     space = write_space("pbt.json", {"base": base(epochs=4, deterministic=True, model="cnn", **{"global-batch": 16}),
                                      "search": {"lr": {"loguniform": [0.001, 0.2]}}, "seed": 4})
     out = os.path.join(A.workdir, "out")
