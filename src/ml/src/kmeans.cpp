@@ -26,10 +26,6 @@ struct Assignment {
   double inertia = 0.0;
 };
 
-void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
-                           const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
-                           double* sums);
-
 Assignment assign(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                   const std::vector<double>& centroids, std::int64_t k, bool f32_products = false) {
   const std::int64_t d = data.features;
@@ -131,19 +127,25 @@ void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const
   assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums);
 }
 
-/// nearest_in_sub_block with single-precision dots: x32 holds the sub-block's f64 rows x rounded
-/// to float; the dots x.c come from the compute core's float gemm (oneDNN) and only pick the
-/// nearest centroid; the squared distance and the sums are taken from the f64 rows, as in
-/// nearest_in_sub_block.
+/// Rows per pass of nearest_centroids_f32: their f64 rows (widened, for a uint8 slice) and float
+/// copies, 16 x d x 12 bytes (150 KB at d = 784), stay in L2 from the widening to the sums. Any
+/// value gives the same bits (a row's label and distance depend on the row alone).
+constexpr std::int64_t kFloatPassRows = 16;
+
+/// nearest_in_sub_block with float dots: x32 (scratch, n x d) receives the f64 rows x rounded
+/// to float, whose dots with c32 (the centroids rounded to float) pick the nearest centroid;
+/// the squared distance and the sums are taken from the f64 rows, as in nearest_in_sub_block.
 HPCTRAIN_VECTOR_CLONES
 void nearest_in_sub_block_f32(const double* x, float* x32, std::int64_t n, std::int64_t d,
                               const std::vector<float>& c32, const std::vector<double>& centroids, std::int64_t k,
                               const std::vector<double>& norms, float* dots, std::int64_t* label, double* d2,
                               double* sums) {
   for (std::int64_t e = 0; e < n * d; ++e) x32[e] = static_cast<float>(x[e]);
-  detail::rows_times_transpose(x32, n, d, c32.data(), k, dots);
+  centroid_dots_f32(x32, n, d, c32.data(), k, dots);
   assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums);
 }
+
+}  // namespace
 
 void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
                            const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
@@ -151,17 +153,14 @@ void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::in
   const std::int64_t d = data.features;
   const std::vector<double> norms = centroid_norms(centroids, k, d);
   const std::vector<float> c32(centroids.begin(), centroids.end());
-  std::vector<float> dots(static_cast<std::size_t>(detail::kSubBlockRows * k));
-  std::vector<float> x32(static_cast<std::size_t>(detail::kSubBlockRows * d));
+  std::vector<float> dots(static_cast<std::size_t>(kFloatPassRows * k));
+  std::vector<float> x32(static_cast<std::size_t>(kFloatPassRows * d));
   std::vector<double> widened;
-  for_each_f64_block(data, first, rows, detail::kSubBlockRows, widened, [&](const double* x, std::int64_t at,
-                                                                           std::int64_t n) {
+  for_each_f64_block(data, first, rows, kFloatPassRows, widened, [&](const double* x, std::int64_t at, std::int64_t n) {
     const std::int64_t sub = at - first;
     nearest_in_sub_block_f32(x, x32.data(), n, d, c32, centroids, k, norms, dots.data(), label + sub, d2 + sub, sums);
   });
 }
-
-}  // namespace
 
 void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const std::vector<double>& centroids,
                        std::int64_t k, std::int64_t* label, double* d2, double* sums) {
@@ -251,7 +250,7 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
     }
     previous = a.inertia;
   }
-  r.inertia = assign(comm, part, data, r.centroids, k).inertia;
+  r.inertia = assign(comm, part, data, r.centroids, k, o.f32_products).inertia;
   return r;
 }
 

@@ -124,21 +124,25 @@ std::vector<double> plusplus_init(coll::Communicator& comm, const SamplePartitio
 }
 
 /// Lowers d2[i] (local samples) to the squared distance to the nearest of `centres` (m x d),
-/// sum block by sum block (nearest_centroids' P-independent calls); where it lowers, nearest[i]
-/// (when given) becomes that centre's index plus `first_index`.
+/// sum block by sum block (nearest_centroids' P-independent calls; nearest_centroids_f32's with
+/// `f32_products`); where it lowers, nearest[i] becomes that centre's index plus `first_index`.
 void lower_distances(const SamplePartition& part, const DatasetSlice& data, const std::vector<double>& centres,
-                     std::int64_t m, std::vector<double>& d2, std::vector<std::int64_t>* nearest = nullptr,
-                     std::int64_t first_index = 0) {
+                     std::int64_t m, bool f32_products, std::vector<double>& d2, std::vector<std::int64_t>& nearest,
+                     std::int64_t first_index) {
   std::vector<std::int64_t> label(static_cast<std::size_t>(kSumBlockSamples));
   std::vector<double> dist(label.size());
   for (std::int64_t b = 0; b < part.block_count; ++b) {
     const std::int64_t first = part.block_begin(b), rows = part.block_length(b);
-    nearest_centroids(data, first, rows, centres, m, label.data(), dist.data());
+    if (f32_products) {
+      nearest_centroids_f32(data, first, rows, centres, m, label.data(), dist.data());
+    } else {
+      nearest_centroids(data, first, rows, centres, m, label.data(), dist.data());
+    }
     for (std::int64_t i = 0; i < rows; ++i) {
       const auto at = static_cast<std::size_t>(first + i);
       if (dist[static_cast<std::size_t>(i)] < d2[at]) {
         d2[at] = dist[static_cast<std::size_t>(i)];
-        if (nearest) (*nearest)[at] = first_index + label[static_cast<std::size_t>(i)];
+        nearest[at] = first_index + label[static_cast<std::size_t>(i)];
       }
     }
   }
@@ -236,7 +240,7 @@ std::vector<double> parallel_init(coll::Communicator& comm, const SamplePartitio
   std::vector<std::int64_t> nearest(d2.size(), 0);
   const auto lower_to_fresh = [&] {
     const std::vector<double> fresh(candidates.begin() + fresh_from * d, candidates.end());
-    lower_distances(part, data, fresh, m - fresh_from, d2, &nearest, fresh_from);
+    lower_distances(part, data, fresh, m - fresh_from, o.f32_products, d2, nearest, fresh_from);
   };
   const double ell = o.oversampling * static_cast<double>(o.k);
   for (std::int64_t round = 1; round <= o.init_rounds; ++round) {

@@ -6,9 +6,9 @@
 /// distance to the nearest centroid, not divided by N.
 ///
 /// Lloyd's algorithm. Each iteration: every rank assigns its samples to the nearest centroid
-/// (nearest_centroids: the argmin of ||c||^2 - 2 x.c from dgemm, ties to the lowest centroid
-/// index), and sums per cluster the samples (f64) and their
-/// squared distances by sum block (exact_block_sum.hpp: exact, P-independent) and the counts
+/// (nearest_centroids: the argmin of ||c||^2 - 2 x.c from dgemm, or from float dots with
+/// f32_products, nearest_centroids_f32; ties to the lowest centroid index), and sums per
+/// cluster the samples (f64) and their squared distances by sum block (exact_block_sum.hpp: exact, P-independent) and the counts
 /// (int64, exact); the new centroid is the cluster's sum / count. A cluster left empty is
 /// re-seeded with the sample farthest from its centroid (ties to the lowest global index; the
 /// next empty cluster takes the next farthest). Stops (KMeansStop) by scikit-learn's rule — the
@@ -26,7 +26,9 @@
 ///   candidate, phi the exact-order sum of d2), drawn from the counter-based RNG at (seed,
 ///   round, global index); candidates are gathered in global order, weighted by the samples
 ///   nearest to them (int64 counts), and reclustered into k on every rank alike by weighted
-///   k-means++ and up to 30 weighted Lloyd iterations. Cost: init_rounds + 1 passes over the data.
+///   k-means++ and up to 30 weighted Lloyd iterations. Cost: init_rounds + 1 passes over the data,
+///   each comparing the samples with that round's new candidates only (with f32_products, by
+///   nearest_centroids_f32, as Lloyd's passes).
 /// - plusplus: k-means++ (Arthur & Vassilvitskii 2007); the first centre is the sample at a
 ///   counter-based random index, each next one is drawn with probability proportional to the
 ///   squared distance to the nearest chosen centre. The draw u * total is located in the
@@ -57,11 +59,11 @@ struct KMeansOptions {
   std::int64_t max_iter = 300;
   double tol = 1e-4;  ///< the tolerance of `stop`
   KMeansStop stop = KMeansStop::shift;
-  /// Lloyd's assignments pick the nearest centroid from single-precision dots x.c (the compute
-  /// core's float gemm, oneDNN, on each 64-sample sub-block rounded to float); the scores, the
-  /// distances and the cluster sums stay double on the f64 rows, so a centroid is still the f64
-  /// mean of its samples. Near ties may pick another centroid than f64 dots would. Still the
-  /// same bits at any P. The initialisation and the reported inertia (a last f64 pass) are f64.
+  /// Every nearest-centroid search (Lloyd's assignments, the k-means|| distance passes and the
+  /// last pass for the reported inertia) picks the centroid from single-precision dots x.c
+  /// (nearest_centroids_f32); the scores, the distances and the cluster sums stay double on the
+  /// f64 rows, so a centroid is still the f64 mean of its samples. Near ties may pick another
+  /// centroid than f64 dots would. Still the same bits at any P. false: f64 dgemm throughout.
   bool f32_products = false;
   std::uint64_t seed = 0;
   KMeansInit init = KMeansInit::parallel;
@@ -118,6 +120,25 @@ void nearest_centroids(const double* x, std::int64_t rows, std::int64_t d, const
 void nearest_centroids(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
                        const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
                        double* sums = nullptr);
+
+/// nearest_centroids with the nearest centroid picked from single-precision dots
+/// (KMeansOptions::f32_products): each row is rounded to float and its dots x.c with the
+/// centroids rounded to float come from centroid_dots_f32; the score ||c||^2 - 2 x.c, the squared
+/// distance and the sums are double, from the f64 rows, as in nearest_centroids. A row's label
+/// and d2 are functions of the row and the centroids alone: the same bits at any rank count and
+/// for any grouping of rows (so any call pattern), and bits equal for a uint8 slice and its
+/// values stored as f64.
+void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
+                           const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
+                           double* sums = nullptr);
+
+/// dots (rows x k, row-major) = x (rows x d) times centroids^T (k x d), all float and row-major:
+/// 16 lanes a dot (lane l adds the products of features j = l mod 16, a multiply then an add),
+/// the lanes added by the fixed tree s8[i] = l[i] + l[i+8], s4[i] = s8[i] + s8[i+4],
+/// s2[i] = s4[i] + s4[i+2], s2[0] + s2[1]. Every dot's bits depend on its row and centroid
+/// alone, on every ISA clone (AVX-512, AVX2, baseline).
+void centroid_dots_f32(const float* x, std::int64_t rows, std::int64_t d, const float* centroids, std::int64_t k,
+                       float* dots) noexcept;
 
 /// Squared Euclidean distance of two d-vectors: eight running sums over j mod 8, added in a
 /// fixed order (vectorised; the bits depend on the data alone).
