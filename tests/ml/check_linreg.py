@@ -5,8 +5,9 @@ Known answer: y = X w + b exactly (small integers, so X w + b is exact in float6
 samples (3 sum blocks): w and b recovered to 1e-9, training mse ~ 0. Noisy data: w, b within
 1e-6 relative of numpy.linalg.lstsq, and with --l2 of the closed-form ridge solution;
 /coefficients bytes identical at np 1, 2, 3, 4. The same for rows sorted by y with a column
-offset by 10^6 (the normal solver's shift by the first block's mean, then exact centring). Bad input: a constant column, a column that is
-a sum of two others, no /targets: one clear error naming the column, non-zero exit.
+offset by 10^6 (the normal solver's shift by the first block's mean, then exact centring). Bad
+input: a constant column, a column that is a sum of two others, no /targets: one clear error
+naming the column, non-zero exit.
 """
 import os
 import h5py
