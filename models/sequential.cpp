@@ -3,6 +3,7 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/elementwise.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace hpctrain::models {
@@ -135,30 +136,14 @@ void Sequential<T>::update_state() {
 }
 
 template <class T>
-std::vector<T> Sequential<T>::copy_state() const {
-  std::vector<T> out;
+core::Vec<T> Sequential<T>::trainable_mask() const {
+  std::vector<T> mask(static_cast<std::size_t>(params_.extent(0)), T(1));
   for (const ParameterInfo& info : info_) {
-    if (info.trainable) continue;
-    const auto range = std::make_pair(info.offset, info.offset + info.count);
-    const std::vector<T> part = core::to_host(core::Vec<T>(Kokkos::subview(params_, range)));
-    out.insert(out.end(), part.begin(), part.end());
+    if (!info.trainable) std::fill_n(mask.begin() + info.offset, info.count, T(0));
   }
+  core::Vec<T> out("hpctrain::Sequential::trainable_mask", mask.size());
+  core::from_host(out, mask);
   return out;
-}
-
-template <class T>
-void Sequential<T>::restore_state(const std::vector<T>& values) {
-  std::size_t next = 0;
-  for (const ParameterInfo& info : info_) {
-    if (info.trainable) continue;
-    const auto range = std::make_pair(info.offset, info.offset + info.count);
-    HPCTRAIN_REQUIRE(next + static_cast<std::size_t>(info.count) <= values.size(), "restore_state: too few values");
-    const std::vector<T> part(values.begin() + static_cast<std::ptrdiff_t>(next),
-                              values.begin() + static_cast<std::ptrdiff_t>(next + info.count));
-    core::from_host(core::Vec<T>(Kokkos::subview(params_, range)), part);
-    next += static_cast<std::size_t>(info.count);
-  }
-  HPCTRAIN_REQUIRE(next == values.size(), "restore_state: too many values");
 }
 
 template <class T>

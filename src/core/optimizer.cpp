@@ -22,6 +22,24 @@ std::int64_t check_step_args(const Vec<T>& params, const Vec<T>& grads, const Ve
   return static_cast<std::int64_t>(params.extent(0));
 }
 
+/// body(i) for i in [0, n), skipping the elements where `trainable` is 0 when it is not empty
+/// (Optimizer::set_trainable_mask).
+template <class T, class Body>
+void for_trainable(const char* name, std::int64_t n, const Vec<T>& trainable, const Body& body) {
+  if (trainable.extent(0) == 0) {
+    Kokkos::parallel_for(name, Range(0, n), body);
+    return;
+  }
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(trainable.extent(0)) == n,
+                   "optimizer step: the trainable mask holds " + std::to_string(trainable.extent(0)) +
+                       " elements, parameters " + std::to_string(n));
+  const Vec<T> mask = trainable;
+  Kokkos::parallel_for(
+      name, Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+        if (mask(i) != T(0)) body(i);
+      });
+}
+
 }  // namespace
 
 template <class T>
@@ -50,17 +68,16 @@ void Sgd<T>::step(const Vec<T>& params, const Vec<T>& grads) {
   const T mu = static_cast<T>(options_.momentum);
   if (options_.momentum == 0.0) {
     const std::int64_t n = check_step_args(params, grads, params);
-    Kokkos::parallel_for(
-        "hpctrain::sgd_step", Range(0, n),
-        KOKKOS_LAMBDA(const std::int64_t i) { params(i) -= lr * (grads(i) + wd * params(i)); });
+    for_trainable("hpctrain::sgd_step", n, this->trainable_,
+                  KOKKOS_LAMBDA(const std::int64_t i) { params(i) -= lr * (grads(i) + wd * params(i)); });
   } else {
     if (momentum_.extent(0) == 0) allocate_state(static_cast<std::int64_t>(params.extent(0)));
     const std::int64_t n = check_step_args(params, grads, momentum_);
     const Vec<T> v = momentum_;
     const bool first = this->steps_ == 0;
     const bool nesterov = options_.nesterov;
-    Kokkos::parallel_for(
-        "hpctrain::sgd_momentum_step", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+    for_trainable(
+        "hpctrain::sgd_momentum_step", n, this->trainable_, KOKKOS_LAMBDA(const std::int64_t i) {
           const T g = grads(i) + wd * params(i);
           const T vi = first ? g : mu * v(i) + g;
           v(i) = vi;
@@ -104,8 +121,8 @@ void AdamW<T>::step(const Vec<T>& params, const Vec<T>& grads) {
   const T sqrt_bias2 = static_cast<T>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
   const T eps = static_cast<T>(options_.eps);
   const Vec<T> m = exp_avg_, v = exp_avg_sq_;
-  Kokkos::parallel_for(
-      "hpctrain::adamw_step", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+  for_trainable(
+      "hpctrain::adamw_step", n, this->trainable_, KOKKOS_LAMBDA(const std::int64_t i) {
         const T g = grads(i);
         const T mi = b1 * m(i) + (T(1) - b1) * g;
         const T vi = b2 * v(i) + (T(1) - b2) * g * g;

@@ -109,6 +109,46 @@ TEST(AdamW, RestoredStateContinuesIdentically) {
   EXPECT_EQ(run_float(second, tail), full);
 }
 
+/// Elements masked 0 keep their parameter and their optimiser state (zero here: never moved
+/// from allocation); the others get the bits of the unmasked step. Weight decay on, so an
+/// ignored mask would move every masked element.
+void expect_mask_freezes(Optimizer<float>& masked, Optimizer<float>& plain) {
+  const GradientSequence r = make_run(37, 3);
+  std::vector<float> mask(37, 1.0f);
+  for (std::size_t i : {0u, 5u, 6u, 7u, 36u}) mask[i] = 0.0f;
+  masked.set_trainable_mask(tensor_from_host<float>("mask", {37}, mask).data);
+  const std::vector<float> got = run_float(masked, r), want = run_float(plain, r);
+  for (std::size_t i = 0; i < mask.size(); ++i) {
+    if (mask[i] == 0.0f) {
+      EXPECT_EQ(got[i], static_cast<float>(r.p0[i])) << "masked element " << i << " moved";
+      for (const auto& s : masked.state()) EXPECT_EQ(to_host(s.tensor.data)[i], 0.0f) << s.name << " " << i;
+    } else {
+      EXPECT_EQ(got[i], want[i]) << "trainable element " << i;
+    }
+  }
+}
+
+TEST(Optimizer, TrainableMaskLeavesMaskedElementsAndTheirStateAlone) {
+  const SgdOptions so{0.1, 0.9, 0.01, false};
+  Sgd<float> sgd_masked(so), sgd_plain(so);
+  expect_mask_freezes(sgd_masked, sgd_plain);
+  const SgdOptions plain_sgd{0.1, 0.0, 0.01, false};
+  Sgd<float> plain_masked(plain_sgd), plain_plain(plain_sgd);
+  expect_mask_freezes(plain_masked, plain_plain);
+  AdamWOptions ao;
+  ao.weight_decay = 0.1;
+  AdamW<float> adam_masked(ao), adam_plain(ao);
+  expect_mask_freezes(adam_masked, adam_plain);
+}
+
+TEST(Optimizer, TrainableMaskOfTheWrongSizeIsAnError) {
+  Sgd<float> sgd(SgdOptions{0.1, 0.9, 0.0, false});
+  sgd.set_trainable_mask(make_tensor<float>("mask", {3}).data);
+  auto p = make_tensor<float>("p", {4});
+  auto g = make_tensor<float>("g", {4});
+  EXPECT_THROW(sgd.step(p.data, g.data), Error);
+}
+
 TEST(ClipGradNorm, ScalesOnlyAboveTheGlobalNorm) {
   auto g = tensor_from_host<double>("g", {2}, {3.0, 4.0});  // local norm 5
   EXPECT_DOUBLE_EQ(clip_grad_norm(g.data, 10.0), 5.0);

@@ -1,48 +1,33 @@
 #pragma once
 // The parameter update shared by the strategies whose every rank holds the whole summed
-// gradient (bucketed all-reduce, exact sum), and the handling of the model's non-trainable
-// state that ZeroSync shares with it.
+// gradient (bucketed all-reduce, exact sum). ZeroSync does the same on its shard, with the
+// trainable mask compacted as its parameters are.
 
 #include <Kokkos_Core.hpp>
-
-#include <vector>
 
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/models/sequential.hpp"
 
 namespace hpctrain::train {
 
-/// The model's non-trainable state (batch norm's running statistics) around an optimiser step:
-/// the constructor updates it from its (summed, on every rank) gradient slots, which
-/// update_state() leaves zero, so a clipping norm taken afterwards leaves them out; restore()
-/// puts the updated entries back after the step, so weight decay and momentum cannot move them.
-/// Does nothing for a model without state.
-class UpdatedState {
- public:
-  explicit UpdatedState(models::Sequential<float>& model) : model_(model), has_state_(model.has_state()) {
-    if (!has_state_) return;
-    model.update_state();
-    kept_ = model.copy_state();
-  }
-  void restore() const {
-    if (has_state_) model_.restore_state(kept_);
-  }
+/// What a strategy hands the optimiser as its trainable mask: empty for a model without state
+/// (every element updated), else Sequential::trainable_mask().
+inline core::Vec<float> optimiser_mask(const models::Sequential<float>& model) {
+  return model.has_state() ? model.trainable_mask() : core::Vec<float>();
+}
 
- private:
-  models::Sequential<float>& model_;
-  bool has_state_;
-  std::vector<float> kept_;
-};
-
-/// Updates the model's state (UpdatedState), clips the (already global) gradient to
-/// `clip_norm` (0: off), then steps `optimizer` at `lr` and puts the state back.
+/// Turns the model's state slots (summed, on every rank) into new state, then clips the
+/// (already global) gradient to `clip_norm` (0: off) and steps `optimizer` at `lr` over the
+/// elements `trainable` marks (optimiser_mask). update_state() leaves the state's gradient
+/// slots zero, so the clipping norm leaves them out; the mask keeps weight decay and momentum
+/// from moving the state.
 inline void apply_full_gradient(models::Sequential<float>& model, core::Optimizer<float>& optimizer, double lr,
-                                double clip_norm) {
-  const UpdatedState state(model);
+                                double clip_norm, const core::Vec<float>& trainable) {
+  model.update_state();
   if (clip_norm > 0) core::clip_grad_norm(model.gradient_buffer(), clip_norm);
+  optimizer.set_trainable_mask(trainable);
   optimizer.set_learning_rate(lr);
   optimizer.step(model.parameter_buffer(), model.gradient_buffer());
-  state.restore();
   Kokkos::fence();
 }
 

@@ -13,7 +13,7 @@ struct BucketedAllreduceSync::Pass : TrainingPass {};
 BucketedAllreduceSync::BucketedAllreduceSync(coll::Communicator& comm, models::Sequential<float>& model,
                                              DataParallelOptions options, Timeline* timeline, ReduceEvery every,
                                              std::function<void()> on_reduced)
-    : model_(model), rank_(comm.rank()), ranks_(comm.size()), timeline_(timeline), data_parallel_(comm, model, options, timeline),
+    : model_(model), trainable_(optimiser_mask(model)), rank_(comm.rank()), ranks_(comm.size()), timeline_(timeline), data_parallel_(comm, model, options, timeline),
       pass_(std::make_unique<Pass>()), every_(every), on_reduced_(std::move(on_reduced)) {}
 
 BucketedAllreduceSync::~BucketedAllreduceSync() = default;
@@ -72,13 +72,13 @@ double BucketedAllreduceSync::finish_step() {
 }
 
 double BucketedAllreduceSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
-  apply_full_gradient(model_, optimizer, lr, clip_norm);
+  apply_full_gradient(model_, optimizer, lr, clip_norm, trainable_);
   return 0.0;
 }
 
 GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const {
   const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
-  return HeldBytes{bytes, bytes};
+  return HeldBytes{bytes, bytes + trainable_.extent(0) * sizeof(float)};  // the mask: models with state
 }
 
 std::int64_t BucketedAllreduceSync::count_nonfinite_gradient() const {

@@ -112,7 +112,7 @@ struct ExactSumSync::Pass : TrainingPass {};
 
 ExactSumSync::ExactSumSync(coll::Communicator& comm, models::Sequential<float>& model, std::int64_t micro_shard,
                            coll::Algorithm algorithm, Timeline* timeline)
-    : comm_(comm), model_(model), micro_shard_(micro_shard), algorithm_(algorithm), timeline_(timeline),
+    : comm_(comm), model_(model), trainable_(optimiser_mask(model)), micro_shard_(micro_shard), algorithm_(algorithm), timeline_(timeline),
       terms_(std::make_unique<Terms>(model)), pass_(std::make_unique<Pass>()) {}
 
 ExactSumSync::~ExactSumSync() = default;
@@ -166,13 +166,13 @@ double ExactSumSync::finish_step() {
 }
 
 double ExactSumSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
-  apply_full_gradient(model_, optimizer, lr, clip_norm);
+  apply_full_gradient(model_, optimizer, lr, clip_norm, trainable_);
   return 0.0;
 }
 
 GradientSync::HeldBytes ExactSumSync::held_bytes() const {
   const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
-  return HeldBytes{bytes, bytes};
+  return HeldBytes{bytes, bytes + trainable_.extent(0) * sizeof(float)};  // the mask: models with state
 }
 
 std::int64_t ExactSumSync::count_nonfinite_gradient() const {

@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "apply_gradient.hpp"
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/base/error.hpp"
@@ -55,6 +54,13 @@ ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, c
     grad_shard_ = Kokkos::subview(model.gradient_buffer(), front);
   }
   inner_ = make_inner(comm, model, options_, timeline, layout_, grad_shard_);
+  // The optimiser steps the shard: the model's trainable mask, compacted as the parameters are.
+  if (model.has_state()) {
+    const core::Vec<float> mask = model.trainable_mask();
+    layout_.compact(mask);
+    trainable_shard_ = core::Vec<float>("trainable shard", layout_.shard_count());
+    Kokkos::deep_copy(trainable_shard_, Kokkos::subview(mask, front));
+  }
   // Deterministic mode has the whole summed gradient, state slots included, on every rank.
   if (!options.deterministic && model.has_state()) {
     state_sums_ = std::make_unique<SharedStateSums>(model, layout_, /*shard_is_full=*/options.stage == 1);
@@ -96,7 +102,7 @@ double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip
     const core::Vec<float> shard = options_.stage == 1 ? model_.gradient_buffer() : grad_shard_;
     waited += state_sums_->share(comm_, shard, model_.gradient_buffer());
   }
-  const UpdatedState state(model_);
+  model_.update_state();  // leaves the state's gradient slots zero: the norm below leaves them out
   if (options_.deterministic) {
     // The whole exact gradient is on every rank: the norm as ddp --deterministic takes it,
     // then the (scaled) owned elements.
@@ -111,14 +117,14 @@ double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip
       });
     }
   }
-  // The owned parameters to the buffer's front, stepped there, and back to their places; the
-  // state entries put back (the optimiser moved the owned ones); the all-gather then rewrites
-  // every other element.
+  // The owned parameters to the buffer's front, stepped there (the state entries left alone:
+  // the shard's trainable mask), and back to their places; the all-gather then rewrites every
+  // other element.
   layout_.compact(model_.parameter_buffer());
+  optimizer.set_trainable_mask(trainable_shard_);
   optimizer.set_learning_rate(lr);
   optimizer.step(param_shard_, grad_shard_);
   layout_.expand(model_.parameter_buffer());
-  state.restore();
   Kokkos::fence();
   return waited + all_gather_parameters();
 }
@@ -142,7 +148,7 @@ double ZeroSync::all_gather_parameters() {
 GradientSync::HeldBytes ZeroSync::held_bytes() const {
   const auto full = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
   const auto shard = static_cast<std::uint64_t>(layout_.shard_count()) * sizeof(float);
-  const std::uint64_t state = state_sums_ ? state_sums_->bytes() : 0;
+  const std::uint64_t state = (state_sums_ ? state_sums_->bytes() : 0) + trainable_shard_.extent(0) * sizeof(float);
   return HeldBytes{full, (options_.stage == 2 ? full + shard : full) + state};
 }
 

@@ -67,10 +67,10 @@ class Sequential {
   /// After the step's gradients are summed over all ranks and before clipping and the
   /// optimiser: every layer turns its state's gradient slots into new state (Layer::update_state).
   void update_state();
-  /// The non-trainable entries of the parameter buffer, in offset order (host copy), and their
-  /// restoration: the trainer keeps the optimiser (weight decay) from moving them.
-  std::vector<T> copy_state() const;
-  void restore_state(const std::vector<T>& values);
+  /// 1 for every trainable element of the parameter buffer, 0 for the state entries (its size):
+  /// the trainer hands it to the optimiser (Optimizer::set_trainable_mask), so weight decay
+  /// and momentum leave the state alone.
+  core::Vec<T> trainable_mask() const;
   /// Synchronised batch statistics through `reducer` (empty: each rank's own batch).
   void set_stat_reducer(const StatReducer& reducer);
   /// For a rank with no samples in a batch: the stat reductions forward and backward would make.

@@ -32,11 +32,17 @@ class Optimizer {
   virtual std::vector<NamedTensor<T>> state() const = 0;
   /// Allocates zeroed state for `count` parameters (to load a checkpoint before a step).
   virtual void allocate_state(std::int64_t count) = 0;
+  /// Elements where `mask` is 0 are left alone by step(): neither the parameter nor its state
+  /// moves (batch norm's running statistics, kept in the parameter buffer, which weight decay
+  /// and momentum must not touch). 1 elsewhere; the size of every step's buffers. Empty (the
+  /// default): every element is updated. The updated elements get the same bits either way.
+  void set_trainable_mask(const Vec<T>& mask) { trainable_ = mask; }
 
  protected:
   explicit Optimizer(double lr) : lr_(lr) {}
   double lr_;
   std::int64_t steps_ = 0;
+  Vec<T> trainable_;
 };
 
 struct SgdOptions {

@@ -46,6 +46,7 @@ class BucketedAllreduceSync final : public GradientSync {
   void record_overlap();
 
   models::Sequential<float>& model_;
+  core::Vec<float> trainable_;  ///< the optimiser's mask (empty: a model without state)
   int rank_, ranks_;  ///< this rank's block of the summed gradient is the part it checks
   Timeline* timeline_;
   DataParallel data_parallel_;

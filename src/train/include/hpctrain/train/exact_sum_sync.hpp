@@ -43,6 +43,7 @@ class ExactSumSync final : public GradientSync {
 
   coll::Communicator& comm_;
   models::Sequential<float>& model_;
+  core::Vec<float> trainable_;  ///< the optimiser's mask (empty: a model without state)
   std::int64_t micro_shard_;
   coll::Algorithm algorithm_;
   Timeline* timeline_;

@@ -88,6 +88,7 @@ class ZeroSync final : public GradientSync {
   ShardLayout layout_;
   core::Vec<float> param_shard_;  ///< the parameter buffer's front, where compact() puts the shard
   core::Vec<float> grad_shard_;   ///< zero1: the gradient buffer's front; zero2: its own buffer
+  core::Vec<float> trainable_shard_;  ///< the optimiser's mask of the shard (empty: no state)
   std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or exact sum
   std::unique_ptr<SharedStateSums> state_sums_;  ///< models with state, not deterministic
   bool record_ = false;
