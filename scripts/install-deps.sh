@@ -28,8 +28,9 @@ packages=(
   # (scripts/smpi-build.sh, scripts/simulate-collectives, docs/simulation.md)
   libsimgrid-dev
   # checking builds (scripts/sanitize.sh, labels sanitize and fuzz): clang 14 and its
-  # sanitizer and libFuzzer runtimes
-  clang libclang-rt-14-dev
+  # sanitizer and libFuzzer runtimes; Ninja, which compiles their tests' objects while the
+  # libraries still compile (make cannot; optional: scripts/sanitize.sh falls back to make)
+  clang libclang-rt-14-dev ninja-build
   # real data and independent readers of our files
   dataset-fashion-mnist python3-h5py python3-numpy
   # scikit-learn: the independent reference of the ml logreg test

@@ -21,11 +21,15 @@ jobs=${HPCTRAIN_BUILD_JOBS:-$(nproc)}
 supp=$root/tests/sanitize
 
 # What each checking build runs (test_collectives_loopback through loopback_filter).
-asan_unit=(test_collectives_loopback test_collectives_tuning test_reproducible_loopback io_unit_tests)
-asan_mpi2=(test_collectives_mpi test_reproducible_mpi io_mpi_tests)
-# fuzz_config needs the CLI's option mapping and so core, models and train under ASan: it is
-# built only when asked for (`build asan DIR fuzz_config`, by the `long` check fuzz.config).
-fuzzers=(fuzz_idx fuzz_manifest fuzz_tuning)
+# Collectives, io, the compute kernels and layers (core, models), classical ML and the trainer's
+# np 2 tests (data parallel, ZeRO, checkpoints).
+asan_unit=(test_collectives_loopback test_collectives_tuning test_reproducible_loopback io_unit_tests
+  test_core test_models ml_unit_tests)
+asan_mpi2=(test_collectives_mpi test_reproducible_mpi io_mpi_tests test_train_mpi test_zero_mpi
+  test_data_parallel_mpi test_checkpoint_mpi)
+# fuzz_config links the CLI's option mapping (core, models and train, which the tests above
+# build under ASan anyway).
+fuzzers=(fuzz_idx fuzz_manifest fuzz_tuning fuzz_config)
 # TSan: the loopback collectives (ranks are threads of one process) and the progress engine
 # (iallreduce / ireduce_scatter / iallgather run on the communicator's progress thread). The
 # 1..16-rank matrix is trimmed to 2 and 3 ranks (every algorithm and variant), plus the
@@ -59,11 +63,10 @@ configure_and_build() {
   case $kind in
     asan) sanitize="address;undefined"; targets=("${asan_unit[@]}" "${asan_mpi2[@]}" "${fuzzers[@]}") ;;
     tsan) sanitize=thread; targets=("${tsan_unit[@]}") ;;
-    asan-extra) sanitize="address;undefined"; targets=() ;;
     *) echo "sanitize.sh: unknown build '$kind' (asan or tsan)" >&2; exit 2 ;;
   esac
   local fuzz=OFF
-  [[ $kind == asan* ]] && fuzz=ON
+  [[ $kind == asan ]] && fuzz=ON
   targets+=("$@")  # extra targets given after DIR
   # -O1: a quarter less compile time than -O2 and exact stack traces; -gline-tables-only: the
   # reports keep function, file and line (no variables or types, which sanitizer reports never

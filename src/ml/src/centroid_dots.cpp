@@ -13,6 +13,7 @@
 // Cost per row: K d multiplies and adds (γ), the row read K / 5 times from L1, each centroid
 // tile once per two rows (the centroids, K d floats, stay in L1/L2).
 #include <cstring>
+#include <utility>
 
 #include "hpctrain/base/vector_clones.hpp"
 #include "hpctrain/ml/kmeans.hpp"
@@ -29,7 +30,6 @@ constexpr std::int64_t kLanes = 16;
 constexpr int kTileRows = 2;       // 2 x 5 accumulators + 2 row chunks + 1 centroid chunk: 13 of
 constexpr int kTileCentroids = 5;  // AVX-512's 32 registers (AVX2 splits each in two)
 using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
-using LaneIndex = int __attribute__((vector_size(kLanes * sizeof(int))));
 
 inline HPCTRAIN_ALWAYS_INLINE Lanes load(const float* p) {
   Lanes v;
@@ -48,19 +48,19 @@ inline HPCTRAIN_ALWAYS_INLINE Lanes load_tail(const float* p, std::int64_t n) {
 /// of the result taking group 2g (lo) and 2g + 1 (hi).
 constexpr int fold_index(int width, int i) { return 2 * width * (i / width) + i % width; }
 
+/// Lanes fold_index(Width, i) + Offset of a ++ b for i = 0..15 (__builtin_shufflevector: GCC >= 12
+/// and clang alike).
+template <int Width, int Offset, int... I>
+inline HPCTRAIN_ALWAYS_INLINE Lanes pick(Lanes a, Lanes b, std::integer_sequence<int, I...> /*lanes*/) {
+  return __builtin_shufflevector(a, b, (fold_index(Width, I) + Offset)...);
+}
+
 /// lo + hi of the concatenation a ++ b (fold_index): with Width 8 the result holds a's
 /// s8[i] = v[i] + v[i + 8] in lanes 0..7 and b's in lanes 8..15.
 template <int Width>
 inline HPCTRAIN_ALWAYS_INLINE Lanes fold(Lanes a, Lanes b) {
-#define HPCTRAIN_FOLD_INDEX(o)                                                                              \
-  {fold_index(Width, 0) + (o), fold_index(Width, 1) + (o), fold_index(Width, 2) + (o), fold_index(Width, 3) + (o),     \
-   fold_index(Width, 4) + (o), fold_index(Width, 5) + (o), fold_index(Width, 6) + (o), fold_index(Width, 7) + (o),     \
-   fold_index(Width, 8) + (o), fold_index(Width, 9) + (o), fold_index(Width, 10) + (o), fold_index(Width, 11) + (o),   \
-   fold_index(Width, 12) + (o), fold_index(Width, 13) + (o), fold_index(Width, 14) + (o), fold_index(Width, 15) + (o)}
-  constexpr LaneIndex lo = HPCTRAIN_FOLD_INDEX(0);
-  constexpr LaneIndex hi = HPCTRAIN_FOLD_INDEX(Width);
-#undef HPCTRAIN_FOLD_INDEX
-  return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi);
+  constexpr auto lanes = std::make_integer_sequence<int, kLanes>{};
+  return pick<Width, 0>(a, b, lanes) + pick<Width, Width>(a, b, lanes);
 }
 
 /// out[m] = the lane sum of v[m] for m < 16, each by the tree s8[i] = v[i] + v[i+8],
