@@ -110,6 +110,7 @@ int run_kmeans(const MlArgs& a, coll::Communicator& comm) {
   o.tol = a.tol;
   o.stop = a.kmeans_stop == "inertia" ? ml::KMeansStop::inertia : ml::KMeansStop::shift;
   o.f32_products = a.products == "f32";
+  o.bounds = !a.no_bounds;
   o.seed = a.seed;
   o.init = a.init == "random" ? ml::KMeansInit::random
            : a.init == "kmeans++" ? ml::KMeansInit::plusplus
@@ -292,6 +293,9 @@ CLI::App* add_ml_commands(CLI::App& app, MlArgs& a) {
                        "distances and sums in double) or f64")
       ->check(CLI::IsMember({"f64", "f32"}))
       ->capture_default_str();
+  a.kmeans->add_flag("--no-bounds", a.no_bounds,
+                     "Compute every sample's distances in every Lloyd iteration (with --stop shift the default "
+                     "skips, by Hamerly's bounds, the samples whose centroid cannot change: the same model bytes)");
   a.kmeans->add_option("--seed", a.seed, "Seed of the counter-based RNG of the initialisation")->capture_default_str();
   a.kmeans->add_option("--init", a.init, "Initialisation")
       ->check(CLI::IsMember({"kmeans-parallel", "kmeans++", "random"}))

@@ -18,6 +18,7 @@ struct MlArgs {
   double logreg_l2 = 1e-4, logreg_tol = 1e-4, linreg_tol = 1e-8;
   std::string solver = "normal";
   std::string kmeans_stop = "shift";  ///< kmeans: shift (scikit-learn's rule) | inertia
+  bool no_bounds = false;             ///< kmeans --no-bounds: every sample's scores every iteration
   std::string products = "f32";   ///< logreg: f32 (default) | f64  ///< linreg: normal | lbfgs
   std::string data, out, init = "kmeans-parallel";
   std::int64_t init_rounds = 5;

@@ -6,7 +6,8 @@ integer centres, so the centroids are exact and the inertia is known in closed f
 samples (5 sum blocks) so that np 2..4 split them. The /centroids bytes must be identical at
 np 1, 2, 3, 4 on a second, noisy data set (scale 0.1, so plain f64 sums would differ by P:
 checked by replacing the exact sum with a plain all-reduce, which fails this), whose result must
-be a fixed point of numpy's float64 Lloyd step. Bad input: K > N, K <= 0, NaN in the data: one clear error, non-zero exit.
+be a fixed point of numpy's float64 Lloyd step. Bounds: near-tie data (a third of the samples on a bisector,
+all offset by 1000) give the bytes of --no-bounds at np 1, 3, f32 and f64 (a zero margin fails this). Bad input: K > N, K <= 0, NaN in the data: one clear error, non-zero exit.
 """
 import os
 import h5py
@@ -143,6 +144,39 @@ p = run(2, "kmeans", "--data", labelled, "--k", "3", "--seed", "4", "--init", "r
         "--stop", "inertia", "--out", os.path.join(args.workdir, "stop-inertia.h5"))
 with h5py.File(os.path.join(args.workdir, "stop-inertia.h5")) as f:
     check(int(f.attrs["converged"]) == 1 and f.attrs["stop"] == "inertia", "--stop inertia did not converge")
+
+# ---- bounds: the same bytes as the full pass ---------------------------------------------
+# Hamerly's bounds (the default) must give exactly the labels, hence the centroids, of
+# --no-bounds, which scores every sample every iteration. The data are made to test the margin:
+# 2 clusters offset by 1000 in every coordinate (so ||x|| is large and the products' rounding
+# E ~ gamma_d (||x|| + C)^2 is far above the gaps) with a third of the samples on the
+# bisector plane up to ~1e-3, whose computed labels are decided by rounding alone.
+ties = os.path.join(args.workdir, "ties.h5")
+g = np.random.default_rng(7)
+left = g.normal(-1.0, 0.3, (1200, 8))
+right = g.normal(1.0, 0.3, (1200, 8))
+mid = g.normal(0.0, 0.3, (1200, 8))
+mid[:, 0] = g.normal(0.0, 1e-3, 1200)  # the bisector of centres near -1 and +1 along column 0
+left[:, 0] -= 1.0
+right[:, 0] += 1.0
+t = np.concatenate([left, right, mid]) + 1000.0
+g.shuffle(t)
+write_dataset(ties, t)
+for np_ in (1, 3):
+    for products in ("f32", "f64"):
+        got = {}
+        for mode in ("bounds", "full"):
+            out = os.path.join(args.workdir, f"ties-{np_}-{products}-{mode}.h5")
+            extra = ["--no-bounds"] if mode == "full" else []
+            p = run(np_, "kmeans", "--data", ties, "--k", "4", "--seed", "2", "--products", products, "--tol", "0",
+                    "--max-iter", "40", *extra, "--out", out)
+            check(p.returncode == 0, f"ties {mode} np{np_} {products}: {p.stderr.strip()[:300]}")
+            if p.returncode == 0:
+                with h5py.File(out) as f:
+                    got[mode] = (np.array(f["centroids"]).tobytes(), int(f.attrs["iterations"]))
+        if len(got) == 2:
+            check(got["bounds"] == got["full"],
+                  f"ties np{np_} {products}: bounds and --no-bounds differ (iterations {got['bounds'][1]} vs {got['full'][1]})")
 
 # ---- bad input --------------------------------------------------------------------------
 bad = os.path.join(args.workdir, "nan.h5")

@@ -5,27 +5,24 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/ml/exact_block_sum.hpp"
 #include "blas_products.hpp"
+#include "centroid_search.hpp"
+#include "kmeans_bounds.hpp"
 #include "hpctrain/base/vector_clones.hpp"
 
 namespace hpctrain::ml {
 
 namespace {
 
-/// One assignment pass: per cluster sums (k x d) and counts, the inertia, each local sample's
-/// squared distance to its centroid. Collective.
-struct Assignment {
-  std::vector<double> sums;
-  std::vector<std::int64_t> counts;
-  std::vector<double> d2;
-  double inertia = 0.0;
-};
+using detail::Assignment;
 
+/// Collective: the full assignment pass, every sample's scores computed.
 Assignment assign(coll::Communicator& comm, const SamplePartition& part, const DatasetSlice& data,
                   const std::vector<double>& centroids, std::int64_t k, bool f32_products = false) {
   const std::int64_t d = data.features;
@@ -90,24 +87,29 @@ std::vector<double> centroid_norms(const std::vector<double>& centroids, std::in
 
 /// The second half of a sub-block's assignment, given the dots x.c of its n rows (n x k, double
 /// or float): the nearest centroid by argmin ||c||^2 - 2 x.c (ties to the lowest index), the
-/// squared distance to it from the f64 rows, and each row added to its centroid's sum.
+/// squared distance to it from the f64 rows, each row added to its centroid's sum (with `sums`)
+/// and the second lowest score minus the lowest (with `gap`).
 template <typename Dot>
 inline HPCTRAIN_ALWAYS_INLINE void assign_sub_block(const double* x, const Dot* dots, std::int64_t n, std::int64_t d,
                                                     const std::vector<double>& centroids, std::int64_t k,
                                                     const std::vector<double>& norms, std::int64_t* label, double* d2,
-                                                    double* sums) {
+                                                    double* sums, double* gap = nullptr) {
   for (std::int64_t i = 0; i < n; ++i) {
     const Dot* g = dots + i * k;
     std::int64_t arg = 0;
-    double best = std::numeric_limits<double>::infinity();
+    double best = std::numeric_limits<double>::infinity(), second = best;
     for (std::int64_t c = 0; c < k; ++c) {
       const double score = norms[static_cast<std::size_t>(c)] - 2.0 * static_cast<double>(g[c]);
       if (score < best) {  // strict: ties go to the lowest index
+        second = best;
         best = score;
         arg = c;
+      } else if (score < second) {
+        second = score;
       }
     }
     label[i] = arg;
+    if (gap != nullptr) gap[i] = second - best;
     const double* row = x + i * d;
     d2[i] = squared_distance(row, centroids.data() + arg * d, d);
     if (sums != nullptr) {
@@ -122,9 +124,9 @@ inline HPCTRAIN_ALWAYS_INLINE void assign_sub_block(const double* x, const Dot* 
 HPCTRAIN_VECTOR_CLONES
 void nearest_in_sub_block(const double* x, std::int64_t n, std::int64_t d, const std::vector<double>& centroids,
                           std::int64_t k, const std::vector<double>& norms, double* dots, std::int64_t* label,
-                          double* d2, double* sums) {
+                          double* d2, double* sums, double* gap = nullptr) {
   detail::rows_times_transpose(x, n, d, centroids.data(), k, dots);
-  assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums);
+  assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums, gap);
 }
 
 /// Rows per pass of nearest_centroids_f32: their f64 rows (widened, for a uint8 slice) and float
@@ -139,13 +141,40 @@ HPCTRAIN_VECTOR_CLONES
 void nearest_in_sub_block_f32(const double* x, float* x32, std::int64_t n, std::int64_t d,
                               const std::vector<float>& c32, const std::vector<double>& centroids, std::int64_t k,
                               const std::vector<double>& norms, float* dots, std::int64_t* label, double* d2,
-                              double* sums) {
+                              double* sums, double* gap = nullptr) {
   for (std::int64_t e = 0; e < n * d; ++e) x32[e] = static_cast<float>(x[e]);
   centroid_dots_f32(x32, n, d, c32.data(), k, dots);
-  assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums);
+  assign_sub_block(x, dots, n, d, centroids, k, norms, label, d2, sums, gap);
 }
 
 }  // namespace
+
+namespace detail {
+
+CentroidSearch::CentroidSearch(const std::vector<double>& centroids, std::int64_t k, std::int64_t d,
+                               bool f32_products)
+    : centroids_(centroids), k_(k), d_(d), f32_(f32_products), norms_(centroid_norms(centroids, k, d)) {
+  if (f32_) {
+    c32_.assign(centroids.begin(), centroids.end());
+    x32_.resize(static_cast<std::size_t>(kFloatPassRows * d));
+    dots32_.resize(static_cast<std::size_t>(kFloatPassRows * k));
+  } else {
+    dots64_.resize(static_cast<std::size_t>(kSubBlockRows * k));
+  }
+}
+
+std::int64_t CentroidSearch::rows_per_call() const noexcept { return f32_ ? kFloatPassRows : kSubBlockRows; }
+
+void CentroidSearch::nearest(const double* x, std::int64_t n, std::int64_t* label, double* d2, double* gap) {
+  if (f32_) {
+    nearest_in_sub_block_f32(x, x32_.data(), n, d_, c32_, centroids_, k_, norms_, dots32_.data(), label, d2, nullptr,
+                             gap);
+  } else {
+    nearest_in_sub_block(x, n, d_, centroids_, k_, norms_, dots64_.data(), label, d2, nullptr, gap);
+  }
+}
+
+}  // namespace detail
 
 void nearest_centroids_f32(const DatasetSlice& data, std::int64_t first, std::int64_t rows,
                            const std::vector<double>& centroids, std::int64_t k, std::int64_t* label, double* d2,
@@ -222,10 +251,13 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
   r.features = d;
   r.centroids = initial_centroids(comm, part, data, o);
   const double shift_tol = o.stop == KMeansStop::shift ? o.tol * mean_variance(comm, part, data) : 0.0;
+  // The inertia rule's test reads the bits of the full pass's inertia, which the bounds' does not have.
+  std::optional<detail::HamerlyBounds> bounds;
+  if (o.bounds && o.stop == KMeansStop::shift) bounds.emplace(part, data, k, o.f32_products);
   double previous = std::numeric_limits<double>::infinity();
   std::vector<double> before;
   for (std::int64_t it = 1; it <= o.max_iter; ++it) {
-    Assignment a = assign(comm, part, data, r.centroids, k, o.f32_products);
+    Assignment a = bounds ? bounds->assign(comm, r.centroids) : assign(comm, part, data, r.centroids, k, o.f32_products);
     before = r.centroids;
     for (std::int64_t c = 0; c < k; ++c) {
       const auto n = a.counts[static_cast<std::size_t>(c)];
@@ -236,10 +268,12 @@ KMeansResult fit_kmeans(coll::Communicator& comm, const SamplePartition& part, c
     }
     for (std::int64_t c = 0; c < k; ++c) {
       if (a.counts[static_cast<std::size_t>(c)] != 0) continue;
+      if (a.d2.empty()) a.d2 = bounds->distances(before);
       const auto row = fetch_sample(comm, part, data, take_farthest(comm, data, a.d2));
       std::copy(row.begin(), row.end(), r.centroids.begin() + c * d);
       ++r.reseeded;
     }
+    if (bounds) bounds->move(before, r.centroids);
     r.iterations = it;
     if (o.on_iteration) o.on_iteration(it, a.inertia);
     const bool met = o.stop == KMeansStop::shift ? squared_shift(before, r.centroids) <= shift_tol

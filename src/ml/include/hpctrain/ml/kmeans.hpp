@@ -65,6 +65,13 @@ struct KMeansOptions {
   /// f64 rows, so a centroid is still the f64 mean of its samples. Near ties may pick another
   /// centroid than f64 dots would. Still the same bits at any P. false: f64 dgemm throughout.
   bool f32_products = false;
+  /// With KMeansStop::shift: Lloyd's assignments skip, by Hamerly's bounds with a margin for
+  /// the products' rounding (kmeans_bounds.cpp), the samples whose label cannot change; the
+  /// labels, sums, centroids and iterations are those of the full passes, bit for bit. The
+  /// inertia passed to on_iteration then comes from exact per-cluster sums (sum ||x||^2 -
+  /// 2 c.S + n ||c||^2), equal to the full pass's up to rounding; the result's inertia is the
+  /// full pass's. false (CLI --no-bounds): every sample's scores computed in every iteration.
+  bool bounds = true;
   std::uint64_t seed = 0;
   KMeansInit init = KMeansInit::parallel;
   std::int64_t init_rounds = 5;  ///< k-means|| rounds (Bahmani et al. suggest ~5; Spark's default is 2)
