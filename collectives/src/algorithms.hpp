@@ -163,5 +163,7 @@ void doubling_allgather(CollContext& ctx, void* buf, const std::vector<std::size
 void binomial_broadcast(CollContext& ctx, void* buf, std::size_t bytes, int root);
 /// Dissemination barrier: ceil(lg p) rounds of zero-byte messages.
 void dissemination_barrier(CollContext& ctx);
+/// Communicator::exchange: every receive posted first, then the sends, then one wait for all.
+void sparse_exchange(CollContext& ctx, const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs);
 
 }  // namespace hpctrain::coll::detail

@@ -227,6 +227,19 @@ void Communicator::broadcast(void* buf, std::size_t count, DataType type, int ro
   impl_->run_broadcast(buf, count, type, root, impl_->sequence++);
 }
 
+void Communicator::exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs) {
+  for (const auto* list : {&sends, &recvs}) {
+    for (const PeerBuffer& m : *list) {
+      HPCTRAIN_REQUIRE(m.peer >= 0 && m.peer < size(), "exchange: peer " + std::to_string(m.peer) +
+                                                           " outside [0, " + std::to_string(size()) + ")");
+      HPCTRAIN_REQUIRE(m.data != nullptr || m.bytes == 0, "exchange: a message of " + std::to_string(m.bytes) +
+                                                              " bytes with a null buffer");
+    }
+  }
+  impl_->drain();
+  impl_->run_exchange(sends, recvs, impl_->sequence++);
+}
+
 void Communicator::barrier() {
   impl_->drain();
   impl_->run_barrier(impl_->sequence++);

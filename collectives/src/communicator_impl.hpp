@@ -73,6 +73,7 @@ struct Communicator::Impl {
                      const std::vector<std::size_t>& offsets, DataType type);
   void run_broadcast(void* buf, std::size_t count, DataType type, int root, std::uint64_t seq);
   void run_barrier(std::uint64_t seq);
+  void run_exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs, std::uint64_t seq);
 
   // ---- node_map.cpp ----
   /// (Virtual) node index of every rank: Tuning::ranks_per_node blocks, or the machines

@@ -217,6 +217,13 @@ void Communicator::Impl::run_broadcast(void* buf, std::size_t count, DataType ty
   detail::binomial_broadcast(ctx, buf, count * size_of(type), root);
 }
 
+void Communicator::Impl::run_exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                                      std::uint64_t seq) {
+  const WaitPolicy wait_policy = policy("exchange", Algorithm::ring, seq);
+  detail::CollContext ctx = context(wait_policy, seq);
+  detail::sparse_exchange(ctx, sends, recvs);
+}
+
 void Communicator::Impl::run_barrier(std::uint64_t seq) {
   const WaitPolicy wait_policy = policy("barrier", Algorithm::tree, seq);
   detail::CollContext ctx = context(wait_policy, seq);

@@ -106,10 +106,14 @@ std::int64_t EpochPlan::global_batch_size(std::int64_t batch) const {
 RankSlice EpochPlan::rank_slice(std::int64_t batch, int rank) const {
   HPCTRAIN_REQUIRE(rank >= 0 && rank < world_,
                    fmt::format("EpochPlan: rank {} is not in [0, {})", rank, world_));
-  const std::int64_t b = global_batch_size(batch);
-  const std::int64_t granules = (b + granule_ - 1) / granule_;
-  const std::int64_t begin = std::min(b, granules * rank / world_ * granule_);
-  const std::int64_t end = std::min(b, granules * (rank + 1) / world_ * granule_);
+  return granule_slice(global_batch_size(batch), granule_, rank, world_);
+}
+
+RankSlice granule_slice(std::int64_t batch_size, std::int64_t granule, int rank, int world) {
+  const std::int64_t b = batch_size;
+  const std::int64_t granules = (b + granule - 1) / granule;
+  const std::int64_t begin = std::min(b, granules * rank / world * granule);
+  const std::int64_t end = std::min(b, granules * (rank + 1) / world * granule);
   return {begin, end - begin};
 }
 

@@ -13,7 +13,7 @@
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/gemm.hpp"
 #include "hpctrain/core/environment.hpp"
-#include "hpctrain/train/exact_sum_sync.hpp"
+#include "hpctrain/train/deterministic_sync.hpp"
 #include "hpctrain/train/output_checks.hpp"
 
 namespace hpctrain::train {

@@ -24,7 +24,7 @@
 #include "hpctrain/io/system_memory.hpp"
 #include "hpctrain/models/registry.hpp"
 #include "hpctrain/train/bucketed_allreduce_sync.hpp"
-#include "hpctrain/train/exact_sum_sync.hpp"
+#include "hpctrain/train/deterministic_sync.hpp"
 #include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/train/gradient_sync.hpp"
 #include "hpctrain/train/memory_check.hpp"
@@ -119,7 +119,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(const TrainOptions& o, coll::Co
     return std::make_unique<ZeroSync>(comm, model, zero, &timeline);
   }
   if (o.deterministic) {
-    return std::make_unique<ExactSumSync>(comm, model, o.micro_shard, o.parallel.algorithm, &timeline);
+    return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, &timeline);
   }
   return std::make_unique<BucketedAllreduceSync>(comm, model, parallel, &timeline);
 }

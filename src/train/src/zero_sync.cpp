@@ -10,7 +10,7 @@
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/base/error.hpp"
-#include "hpctrain/train/exact_sum_sync.hpp"
+#include "hpctrain/train/deterministic_sync.hpp"
 #include "shared_state_sums.hpp"
 
 namespace hpctrain::train {
@@ -20,7 +20,7 @@ namespace {
 std::unique_ptr<GradientSync> make_inner(coll::Communicator& comm, models::Sequential<float>& model,
                                          const ZeroOptions& o, Timeline* timeline, const ShardLayout& layout,
                                          const core::Vec<float>& grad_shard) {
-  if (o.deterministic) return std::make_unique<ExactSumSync>(comm, model, o.micro_shard, o.parallel.algorithm, timeline);
+  if (o.deterministic) return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, timeline);
   DataParallelOptions p = o.parallel;
   p.reduction = BucketReduction::reduce_scatter;
   if (o.stage == 1) return std::make_unique<BucketedAllreduceSync>(comm, model, p, timeline);

@@ -154,6 +154,11 @@ class Communicator {
   /// In-place all-gather over the same partition: before, block rank() of `buf` holds this
   /// rank's data; afterwards every block holds its owner's. Non-blocking.
   Work iallgather_in_place(void* buf, std::size_t count, DataType type, Algorithm algo = Algorithm::automatic);
+  /// Sparse all-to-all without packing: sends every message of `sends`, receives every one of
+  /// `recvs`. The k-th message a rank sends to a peer is the k-th that peer receives from it and
+  /// must have the same size; a message to oneself is copied. Collective (every rank calls it,
+  /// with empty lists where it moves nothing) and blocking.
+  void exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs);
   /// Copies root's `count` elements of `buf` to every rank.
   void broadcast(void* buf, std::size_t count, DataType type, int root);
   void barrier();

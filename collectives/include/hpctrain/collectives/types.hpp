@@ -66,6 +66,13 @@ inline constexpr Algorithm kAllAlgorithms[] = {Algorithm::automatic,          Al
                                                Algorithm::recursive_doubling, Algorithm::rabenseifner,
                                                Algorithm::shm,                Algorithm::hierarchical};
 
+/// One message of Communicator::exchange: `bytes` bytes to or from rank `peer`.
+struct PeerBuffer {
+  int peer = 0;
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
 std::size_t size_of(DataType t) noexcept;
 std::string_view to_string(DataType t) noexcept;
 std::string_view to_string(ReduceOp op) noexcept;

@@ -67,6 +67,10 @@ struct RankSlice {
   std::int64_t count = 0;
 };
 
+/// Rank `rank` of `world`'s positions in a global batch of `batch_size` cut into granules of
+/// `granule` positions (the file comment): what EpochPlan::rank_slice returns.
+RankSlice granule_slice(std::int64_t batch_size, std::int64_t granule, int rank, int world);
+
 /// The sharding of a data set of `count` samples over `world` ranks (see the file comment).
 /// Copies share the cached permutation; all methods are thread-safe.
 class EpochPlan {

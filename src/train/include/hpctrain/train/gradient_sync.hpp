@@ -3,7 +3,7 @@
 /// GradientSync: how one optimiser step's gradient is computed on this rank's samples, combined
 /// over the ranks and applied. It is the one interface the training loop talks to; the
 /// strategies are BucketedAllreduceSync (data parallel, all-reduce overlapped with backward),
-/// ExactSumSync (deterministic: the bytes do not depend on P) and ZeroSync (ZeRO-1/2): its
+/// DeterministicSync (deterministic: the bytes do not depend on P) and ZeroSync (ZeRO-1/2): its
 /// backward hook reduce-scatters buckets instead of all-reducing them, finish_step() leaves
 /// each rank its shard of the summed gradient, apply() steps the optimiser on that shard only
 /// (it owns the sharded optimiser state and computes the gradient norm from the shards' sums

@@ -26,7 +26,7 @@
 ///     bucket's parameters are all-gathered in place (iallgather_in_place, all buckets queued
 ///     at once, waited for before apply() returns).
 ///
-/// Deterministic mode (zero1 only): the exact fixed-point sum (ExactSumSync) gives every rank
+/// Deterministic mode (zero1 only): the exact fixed-point sum (DeterministicSync) gives every rank
 /// the whole summed gradient (state slots included: update_state() as ddp's), bit for bit as
 /// `ddp --deterministic`; the norm for clipping is
 /// taken from that whole gradient as ddp does; the optimiser then steps only this rank's

@@ -1,14 +1,15 @@
 #pragma once
 /// @file
-/// ExactSumSync: deterministic training's gradient strategy (docs/deterministic.md). Each
+/// DeterministicSync: deterministic training's gradient strategy (docs/deterministic.md). Each
 /// global batch is cut into micro-shards of `micro_shard` samples (io::EpochPlan with that
 /// granule hands every rank whole micro-shards); each micro-shard runs forward and backward on
-/// its own and its gradient is kept as one term of an exact 64-bit fixed-point sum
-/// (coll::ReproducibleSum, one scale per parameter tensor). At the step's end the terms of all
-/// micro-batches are summed exactly over the ranks, so the summed gradient, and the loss
-/// (one slot per micro-shard, summed in micro-shard order), depend only on the set of
+/// its own and its gradient is one term of a coll::TreeSum, which adds the step's terms (of all
+/// micro-batches) over a fixed binary tree on the micro-shard index. So the summed gradient, and
+/// the loss (one slot per micro-shard, summed in micro-shard order), depend only on the
 /// micro-shards, which the global batch fixes: the bytes do not depend on P, the algorithm or
-/// the transport. Costs: one device-to-host copy per micro-shard, no overlap with backward.
+/// the transport. Costs: the micro-shards' own forward/backward passes, one add (or copy) of
+/// each term, a ring all-reduce's bytes when each rank's micro-shards form an aligned subtree;
+/// no overlap with backward; with device gradients one device-to-host copy per micro-shard.
 
 #include <cstdint>
 #include <memory>
@@ -21,11 +22,11 @@ namespace hpctrain::train {
 /// Micro-shards of `batch_size` samples, `micro_shard` each (the last may be shorter).
 std::int64_t micro_shard_count(std::int64_t batch_size, std::int64_t micro_shard);
 
-class ExactSumSync final : public GradientSync {
+class DeterministicSync final : public GradientSync {
  public:
-  ExactSumSync(coll::Communicator& comm, models::Sequential<float>& model, std::int64_t micro_shard,
-               coll::Algorithm algorithm, Timeline* timeline);
-  ~ExactSumSync() override;
+  DeterministicSync(coll::Communicator& comm, models::Sequential<float>& model, std::int64_t micro_shard,
+                    Timeline* timeline);
+  ~DeterministicSync() override;
 
   void begin_step(const OptimizerStep& step) override;
   void accumulate(const MicroBatch& micro) override;
@@ -34,18 +35,17 @@ class ExactSumSync final : public GradientSync {
   std::int64_t count_nonfinite_gradient() const override;
   double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
   bool overlap_observed() const override { return false; }
-  /// The model's buffers (the per-micro-shard terms of the exact sum are not counted).
+  /// The model's buffers (the tree sum's held nodes are not counted).
   HeldBytes held_bytes() const override;
 
  private:
-  class Terms;  // the fixed-point terms of one step
+  class Terms;  // the tree sum of one step's micro-shard gradients
   struct Pass;  // the forward/backward workspace
 
   coll::Communicator& comm_;
   models::Sequential<float>& model_;
   core::Vec<float> trainable_;  ///< the optimiser's mask (empty: a model without state)
   std::int64_t micro_shard_;
-  coll::Algorithm algorithm_;
   Timeline* timeline_;
   std::unique_ptr<Terms> terms_;
   std::unique_ptr<Pass> pass_;

@@ -1,0 +1,92 @@
+#pragma once
+/// @file
+/// TreeSum: a float sum of K vectors ("terms", index 0..K-1) spread over the ranks, whose bits
+/// depend on K and the terms only, not on how many ranks hold them or which.
+///
+/// The terms are added over one fixed binary tree on the term index: node (l, i) covers terms
+/// [i*2^l, (i+1)*2^l) clipped to [0, K) and is left + right, or its left child alone where the
+/// right one is empty; the root is (L, 0), 2^L >= K. Each rank holds contiguous, ascending
+/// ranges of terms; it adds, as its terms arrive, every node whose terms it holds all of
+/// (its "maximal nodes": the fewest aligned nodes that tile its ranges, one per range at
+/// P = 1 and when the ranges are aligned). finish() sends each maximal node's block b of the
+/// vector (coll::balanced_block) to rank b, which adds the nodes no rank holds whole, in the
+/// same tree; an in-place all-gather gives every rank the sum. Float addition commutes, so
+/// every node has the same bits whoever adds it: the result is the same at any P, over any
+/// transport and any all-gather algorithm.
+///
+/// Cost: no conversion; with one aligned maximal node per rank the bytes moved are a ring
+/// all-reduce's. Error: pairwise summation's, |sum - exact| <= ceil(lg K) * u * sum |x|
+/// (first order, u = 2^-24) for every element.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "hpctrain/collectives/types.hpp"
+
+namespace hpctrain::coll {
+
+class Communicator;
+
+/// Terms [begin, end) of a TreeSum.
+struct TermRange {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  bool operator==(const TermRange& o) const noexcept { return begin == o.begin && end == o.end; }
+};
+
+/// A node of the fixed tree: terms [index*2^level, (index+1)*2^level) clipped to [0, K).
+struct TreeNode {
+  int level = 0;
+  std::int64_t index = 0;
+  bool operator==(const TreeNode& o) const noexcept { return level == o.level && index == o.index; }
+};
+
+/// The maximal nodes of `ranges` (ascending, disjoint, inside [0, total_terms)), in term order:
+/// the nodes a rank holding those terms adds alone.
+std::vector<TreeNode> maximal_nodes(const std::vector<TermRange>& ranges, std::int64_t total_terms);
+
+class TreeSum {
+ public:
+  /// A sum of vectors of `count` floats.
+  explicit TreeSum(std::size_t count);
+
+  /// Starts a sum of `total_terms` terms; `ranges[r]` are rank r's terms (ascending, disjoint;
+  /// together they tile [0, total_terms)). `ranges.size()` is the communicator's size.
+  /// Every rank passes the same `total_terms` and `ranges`.
+  void begin(std::int64_t total_terms, const std::vector<std::vector<TermRange>>& ranges, int rank);
+
+  /// Adds this rank's next term (the terms come in ascending order). With `lend` false the
+  /// vector is read during the call only; with `lend` true it must stay valid until finish(),
+  /// which may overwrite it (this saves a copy of a term that is not added to another at once).
+  void add(std::int64_t term, float* data, bool lend = false);
+
+  /// Collective: writes the sum of all K terms into `result` (`count` floats) on every rank.
+  /// `result` may be a lent term. Every one of this rank's terms must have been added.
+  void finish(Communicator& comm, float* result);
+
+  std::size_t count() const noexcept { return count_; }
+
+ private:
+  struct Held {
+    TreeNode node;
+    float* data;
+  };
+  float* slot();  ///< a free slot of count_ floats
+  bool is_slot(const float* data) const noexcept;
+
+  std::size_t count_;
+  std::int64_t total_ = 0;
+  int rank_ = 0;
+  std::vector<std::vector<TermRange>> ranges_;
+  std::vector<std::vector<TreeNode>> nodes_;  ///< every rank's maximal nodes
+  std::vector<Held> stack_;                   ///< this rank's nodes so far, in term order
+  std::vector<std::vector<float>> slots_;     ///< storage of held nodes (reused across sums)
+  std::size_t used_slots_ = 0;
+  std::vector<float*> free_;                  ///< slots of nodes merged away
+  std::int64_t added_ = 0;                    ///< terms added since begin()
+  std::int64_t expected_ = 0;                 ///< this rank's terms
+  std::vector<float> received_;               ///< the other ranks' nodes, block rank() of each
+};
+
+}  // namespace hpctrain::coll
