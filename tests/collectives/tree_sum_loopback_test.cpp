@@ -1,0 +1,216 @@
+// TreeSum over loopback ranks (threads of this process), P = 1..8: the sum has the bits of the
+// fixed tree evaluated serially from its definition, whatever the split of the terms over the
+// ranks (contiguous, several ranges per rank, empty ranks), lent or copied, for vectors shorter
+// than a rank count and longer than the merge chunk; it stays within pairwise summation's bound
+// of the float64 sum; bad ranges and out-of-order terms are refused with the reason. Also the
+// exchange collective it rests on, and maximal_nodes on hand-worked cases.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hpctrain/base/error.hpp"
+#include "hpctrain/collectives/communicator.hpp"
+#include "hpctrain/collectives/tree_sum.hpp"
+#include "loopback_ranks.hpp"
+#include "tree_sum_terms.hpp"
+
+namespace hpctrain::coll {
+namespace {
+
+using namespace testing;
+
+std::vector<std::vector<float>> all_terms(std::int64_t total, std::size_t count) {
+  std::vector<std::vector<float>> terms;
+  for (std::int64_t t = 0; t < total; ++t) terms.push_back(tree_term(t, count));
+  return terms;
+}
+
+TEST(TreeSum, MaximalNodesOfHandWorkedRanges) {
+  using V = std::vector<TreeNode>;
+  EXPECT_EQ(maximal_nodes({{0, 16}}, 16), (V{{4, 0}}));
+  EXPECT_EQ(maximal_nodes({{3, 9}}, 16), (V{{0, 3}, {2, 1}, {0, 8}}));
+  // Five terms: term 4 has no right siblings, so it rises to (2, 1) and joins (2, 0).
+  EXPECT_EQ(maximal_nodes({{0, 5}}, 5), (V{{3, 0}}));
+  EXPECT_EQ(maximal_nodes({{4, 5}}, 5), (V{{2, 1}}));
+  EXPECT_EQ(maximal_nodes({{0, 3}, {6, 8}}, 8), (V{{1, 0}, {0, 2}, {1, 3}}));
+  EXPECT_EQ(maximal_nodes({}, 8), V{});
+  EXPECT_EQ(maximal_nodes({{0, 1}}, 1), (V{{0, 0}}));
+}
+
+TEST(TreeSum, SameBitsAsTheSerialTreeAtAnyRankCount) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{9001}}) {
+    for (std::int64_t total : {1, 2, 3, 5, 16, 17, 33}) {
+      const auto terms = all_terms(total, count);
+      const std::vector<float> expected = serial_tree_sum(terms);
+      for (int p = 1; p <= 8; ++p) {
+        for (Split split : {Split::contiguous, Split::round_robin, Split::skewed}) {
+          for (bool lend : {false, true}) {
+            const auto ranges = split_terms(total, p, split);
+            run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+              TreeSum sum(count);
+              const auto got = tree_sum_on(comm, sum, total, ranges, lend);
+              EXPECT_TRUE(same_float_bits(got, expected))
+                  << "K=" << total << " count=" << count << " P=" << p << " split=" << static_cast<int>(split)
+                  << " lend=" << lend << " rank " << comm.rank();
+              // A second sum with the same TreeSum (slots reused) gives the same bits.
+              const auto again = tree_sum_on(comm, sum, total, ranges, !lend);
+              EXPECT_TRUE(same_float_bits(again, expected)) << "reused TreeSum, K=" << total << " P=" << p;
+            });
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TreeSum, ResultMayBeALentTerm) {
+  const std::int64_t total = 6;
+  const std::size_t count = 100;
+  const auto expected = serial_tree_sum(all_terms(total, count));
+  for (int p : {1, 2, 3}) {
+    const auto ranges = split_terms(total, p, Split::contiguous);
+    run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+      TreeSum sum(count);
+      sum.begin(total, ranges, comm.rank());
+      std::vector<std::vector<float>> mine;
+      for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())])
+        for (std::int64_t t = r.begin; t < r.end; ++t) mine.push_back(tree_term(t, count));
+      std::int64_t t = ranges[static_cast<std::size_t>(comm.rank())][0].begin;
+      for (auto& term : mine) sum.add(t++, term.data(), true);
+      sum.finish(comm, mine.front().data());
+      EXPECT_TRUE(same_float_bits(mine.front(), expected)) << "P=" << p << " rank " << comm.rank();
+    });
+  }
+}
+
+TEST(TreeSum, WithinPairwiseBoundOfFloat64) {
+  const std::size_t count = 3000;
+  for (std::int64_t total : {2, 7, 64, 100}) {
+    const auto terms = all_terms(total, count);
+    const auto got = serial_tree_sum(terms);
+    // The TreeSum at P = 3 must give these bits (checked above); here the bound itself.
+    std::vector<float> at3;
+    run_loopback_ranks(3, Tuning{}, [&](Communicator& comm) {
+      TreeSum sum(count);
+      auto r = tree_sum_on(comm, sum, total, split_terms(total, 3, Split::round_robin), false);
+      if (comm.rank() == 0) at3 = r;
+    });
+    ASSERT_TRUE(same_float_bits(at3, got));
+    const double levels = std::ceil(std::log2(static_cast<double>(total)));
+    const double u = 0x1p-24;
+    const double gamma = levels * u / (1.0 - levels * u);
+    double worst = 0.0;
+    for (std::size_t i = 0; i < count; ++i) {
+      double exact = 0.0, magnitude = 0.0;
+      for (const auto& t : terms) {
+        exact += static_cast<double>(t[i]);
+        magnitude += std::fabs(static_cast<double>(t[i]));
+      }
+      const double err = std::fabs(static_cast<double>(got[i]) - exact);
+      ASSERT_LE(err, gamma * magnitude) << "element " << i << " of K=" << total;
+      worst = std::max(worst, err / (u * magnitude));
+    }
+    // The bound is not vacuous: float rounding shows up (the error is not 0 everywhere).
+    if (total > 2) {
+      EXPECT_GT(worst, 0.0) << "K=" << total;
+    }
+  }
+}
+
+TEST(TreeSum, RefusesRangesThatDoNotTile) {
+  TreeSum sum(4);
+  auto message = [&](std::int64_t total, const std::vector<std::vector<TermRange>>& ranges, int rank) {
+    try {
+      sum.begin(total, ranges, rank);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(8, {{{0, 4}}, {{5, 8}}}, 0).find("do not tile [0, 8) at term 4"), std::string::npos);
+  EXPECT_NE(message(8, {{{0, 4}}, {{4, 7}}}, 0).find("end at term 7 of 8"), std::string::npos);
+  EXPECT_NE(message(8, {{{0, 4}}, {{3, 8}}}, 0).find("do not tile"), std::string::npos);
+  EXPECT_NE(message(8, {{{4, 8}, {0, 4}}}, 0).find("not ascending"), std::string::npos);
+  EXPECT_NE(message(8, {{{0, 9}}}, 0).find("not ascending inside [0, 8)"), std::string::npos);
+  EXPECT_NE(message(0, {{}}, 0).find("a sum of 0 terms"), std::string::npos);
+  EXPECT_NE(message(4, {{{0, 4}}}, 1).find("rank 1 outside the 1 ranks"), std::string::npos);
+}
+
+TEST(TreeSum, RefusesTermsOutOfOrderAndAnEarlyFinish) {
+  std::vector<float> x(4, 1.0f), out(4);
+  run_loopback_ranks(1, Tuning{}, [&](Communicator& comm) {
+    TreeSum sum(4);
+    sum.begin(3, {{{0, 3}}}, 0);
+    sum.add(0, x.data());
+    try {
+      sum.add(2, x.data());
+      ADD_FAILURE() << "term 2 before term 1 was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("added term 2 where its next term is 1"), std::string::npos) << e.what();
+    }
+    try {
+      sum.finish(comm, out.data());
+      ADD_FAILURE() << "finish with 1 of 3 terms was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("added 1 of its 3 terms"), std::string::npos) << e.what();
+    }
+    sum.add(1, x.data());
+    sum.add(2, x.data());
+    try {
+      sum.add(3, x.data());
+      ADD_FAILURE() << "a fourth term was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("next term is none"), std::string::npos) << e.what();
+    }
+    sum.finish(comm, out.data());
+    EXPECT_EQ(out, std::vector<float>(4, 3.0f));
+  });
+}
+
+// exchange: every rank sends each rank (itself included) three messages of different sizes,
+// one of them empty; each must arrive whole, from the right sender, in order.
+TEST(Exchange, EveryMessageArrivesInOrder) {
+  for (int p = 1; p <= 5; ++p) {
+    run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+      const int me = comm.rank();
+      auto value = [](int from, int to, int k, std::size_t i) {
+        return static_cast<std::uint32_t>(from * 1000000 + to * 10000 + k * 1000 + static_cast<int>(i));
+      };
+      auto size = [](int from, int to, int k) {
+        return k == 1 ? std::size_t{0} : static_cast<std::size_t>(1 + from + 3 * to + 500 * k);
+      };
+      std::vector<std::vector<std::uint32_t>> out, in;
+      std::vector<PeerBuffer> sends, recvs;
+      for (int q = 0; q < p; ++q) {
+        for (int k = 0; k < 3; ++k) {
+          std::vector<std::uint32_t> m(size(me, q, k));
+          for (std::size_t i = 0; i < m.size(); ++i) m[i] = value(me, q, k, i);
+          out.push_back(std::move(m));
+          in.emplace_back(size(q, me, k), 0u);
+        }
+      }
+      std::size_t j = 0;
+      for (int q = 0; q < p; ++q) {
+        for (int k = 0; k < 3; ++k, ++j) {
+          sends.push_back(PeerBuffer{q, out[j].data(), out[j].size() * sizeof(std::uint32_t)});
+          recvs.push_back(PeerBuffer{q, in[j].data(), in[j].size() * sizeof(std::uint32_t)});
+        }
+      }
+      comm.exchange(sends, recvs);
+      j = 0;
+      for (int q = 0; q < p; ++q) {
+        for (int k = 0; k < 3; ++k, ++j) {
+          for (std::size_t i = 0; i < in[j].size(); ++i)
+            ASSERT_EQ(in[j][i], value(q, me, k, i)) << "P=" << p << " from " << q << " to " << me << " message " << k;
+        }
+      }
+    });
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain::coll
