@@ -73,6 +73,26 @@ std::vector<TreeNode> maximal_nodes(const std::vector<TermRange>& ranges, std::i
   return out;
 }
 
+std::size_t TreeSum::workspace_floats(std::size_t count, std::int64_t total_terms,
+                                      const std::vector<std::vector<TermRange>>& ranges, int rank) {
+  const int root = root_level(total_terms);
+  std::vector<Shape> stack;
+  std::size_t most = 0;
+  for (const TermRange& r : ranges.at(static_cast<std::size_t>(rank))) {
+    for (std::int64_t t = r.begin; t < r.end; ++t) {
+      stack.push_back(Shape{TreeNode{0, t}});
+      settle(stack, total_terms, root, [](Shape&, Shape&) {});
+      most = std::max(most, stack.size());  // a held node has a slot; a merged term needs none
+    }
+  }
+  const int p = static_cast<int>(ranges.size());
+  std::size_t others = 0;
+  for (int r = 0; r < p; ++r) {
+    if (r != rank && p > 1) others += maximal_nodes(ranges[static_cast<std::size_t>(r)], total_terms).size();
+  }
+  return most * count + others * balanced_block(count, p, rank).count;
+}
+
 TreeSum::TreeSum(std::size_t count) : count_(count) {}
 
 void TreeSum::begin(std::int64_t total_terms, const std::vector<std::vector<TermRange>>& ranges, int rank) {

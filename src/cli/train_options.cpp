@@ -189,7 +189,7 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
   train.add_flag("--deterministic", o.deterministic,
                  "Bitwise-identical parameters at any rank count and across resumes at another rank count: "
-                 "fixed micro-shards, exact fixed-point gradient sum, BLAS on one thread (docs/deterministic.md)");
+                 "fixed micro-shards, gradients summed over a fixed tree on the micro-shard index, BLAS on one thread (docs/deterministic.md)");
   train.add_flag("--sync-bn", o.sync_bn,
                  "Batch norm (resnet) normalises with the global batch's statistics (two small all-reduces per "
                  "batch-norm layer per step) instead of each rank's own samples; not with --deterministic "

@@ -128,7 +128,9 @@ TEST(Zero, OptimizerStateIsAboutOnePthOfDdps) {
       // the gradient shard it accumulates into.
       const auto n4 = static_cast<std::uint64_t>(ddp.parameter_count) * 4;
       EXPECT_EQ(zero.memory.parameter_bytes, n4) << strategy;
-      if (std::string(strategy) == "zero1") EXPECT_EQ(zero.memory.gradient_bytes, n4);
+      if (std::string(strategy) == "zero1") {
+        EXPECT_EQ(zero.memory.gradient_bytes, n4);
+      }
       if (std::string(strategy) == "zero2") {
         EXPECT_LE(static_cast<double>(zero.memory.gradient_bytes), (1.0 + 1.0 / p + 0.05) * static_cast<double>(n4));
         EXPECT_GT(zero.memory.gradient_bytes, n4);

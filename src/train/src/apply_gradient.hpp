@@ -1,6 +1,6 @@
 #pragma once
 // The parameter update shared by the strategies whose every rank holds the whole summed
-// gradient (bucketed all-reduce, exact sum). ZeroSync does the same on its shard, with the
+// gradient (bucketed all-reduce, deterministic tree sum). ZeroSync does the same on its shard, with the
 // trainable mask compacted as its parameters are.
 
 #include <Kokkos_Core.hpp>

@@ -22,6 +22,23 @@ std::int64_t micro_shard_count(std::int64_t batch_size, std::int64_t micro_shard
   return (batch_size + micro_shard - 1) / micro_shard;
 }
 
+std::vector<std::vector<coll::TermRange>> micro_shard_terms(const std::vector<std::int64_t>& batch_sizes,
+                                                            std::int64_t micro_shard, int world) {
+  std::vector<std::vector<coll::TermRange>> ranges(static_cast<std::size_t>(world));
+  std::int64_t base = 0;
+  for (const std::int64_t size : batch_sizes) {
+    for (int r = 0; r < world; ++r) {
+      const io::RankSlice s = io::granule_slice(size, micro_shard, r, world);
+      if (s.count > 0) {
+        ranges[static_cast<std::size_t>(r)].push_back(
+            coll::TermRange{base + s.offset / micro_shard, base + (s.offset + s.count + micro_shard - 1) / micro_shard});
+      }
+    }
+    base += micro_shard_count(size, micro_shard);
+  }
+  return ranges;
+}
+
 /// Each micro-shard's gradient is a term of a coll::TreeSum over the step's micro-shards.
 /// Where the gradient buffer is host memory, a term stays in it until the next micro-shard
 /// needs the buffer and is then added (or copied) out; the step's last term is lent to the sum
@@ -34,19 +51,10 @@ class DeterministicSync::Terms {
   /// Starts a step of `batch_sizes` global batches, cut into micro-shards of `micro_shard`:
   /// every rank's terms are its micro-shards (io::granule_slice), numbered over the step.
   void begin_step(const std::vector<std::int64_t>& batch_sizes, std::int64_t micro_shard, int rank, int world) {
-    ranges_.assign(static_cast<std::size_t>(world), {});
-    std::int64_t base = 0;
-    for (const std::int64_t size : batch_sizes) {
-      for (int r = 0; r < world; ++r) {
-        const io::RankSlice s = io::granule_slice(size, micro_shard, r, world);
-        if (s.count > 0) {
-          ranges_[static_cast<std::size_t>(r)].push_back(
-              coll::TermRange{base + s.offset / micro_shard, base + (s.offset + s.count + micro_shard - 1) / micro_shard});
-        }
-      }
-      base += micro_shard_count(size, micro_shard);
-    }
-    sum_.begin(base, ranges_, rank);
+    ranges_ = micro_shard_terms(batch_sizes, micro_shard, world);
+    std::int64_t total = 0;
+    for (const std::int64_t size : batch_sizes) total += micro_shard_count(size, micro_shard);
+    sum_.begin(total, ranges_, rank);
     pending_ = -1;
   }
   /// After micro-shard `term`'s backward (the gradient buffer holds only its gradient).

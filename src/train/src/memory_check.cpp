@@ -7,6 +7,7 @@
 
 #include "hpctrain/collectives/error.hpp"
 #include "hpctrain/core/conv.hpp"
+#include "hpctrain/train/deterministic_sync.hpp"
 #include "hpctrain/io/system_memory.hpp"
 
 namespace hpctrain::train {
@@ -70,7 +71,17 @@ MemoryEstimate estimate_training_memory(models::Sequential<float>& model, const 
   const std::uint64_t copies = o.optimizer == "adamw" ? 2 : (o.momentum != 0.0 ? 1 : 0);
   const bool zero = o.strategy == "zero1" || o.strategy == "zero2";
   e.optimizer_state = copies * (zero ? (params + ranks - 1) / ranks : params) * sizeof(float);
-  if (o.deterministic) e.optimizer_state += params * sizeof(std::int64_t);  // the exact sum's accumulator
+  if (o.deterministic) {  // the tree sum's held nodes and received blocks, on the rank that needs most
+    const std::vector<std::int64_t> batches(static_cast<std::size_t>(std::max<std::int64_t>(o.accumulate, 1)),
+                                            o.global_batch);
+    const auto terms = micro_shard_terms(batches, o.micro_shard, static_cast<int>(ranks));
+    std::int64_t total = 0;
+    for (const std::int64_t b : batches) total += micro_shard_count(b, o.micro_shard);
+    std::size_t most = 0;
+    for (int r = 0; r < static_cast<int>(ranks); ++r)
+      most = std::max(most, coll::TreeSum::workspace_floats(static_cast<std::size_t>(params), total, terms, r));
+    e.optimizer_state += most * sizeof(float);
+  }
 
   const std::int64_t train_batch =
       o.deterministic ? o.micro_shard : (o.global_batch + static_cast<std::int64_t>(ranks) - 1) / static_cast<std::int64_t>(ranks);

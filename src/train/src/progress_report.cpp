@@ -64,8 +64,8 @@ void ProgressReport::print_start(const RunDescription& run) const {
   std::printf("hpctrain: compute: %s, gemm on %s, convolutions on %s\n", describe(compute_threads()).c_str(),
               core::gemm_backend_name(core::gemm_backend()), core::conv_backend_name(core::conv_backend()));
   if (o.deterministic) {
-    std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), exact "
-                "fixed-point gradient sum, BLAS threads per rank: %s\n",
+    std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), "
+                "gradients summed in float over a fixed tree on the micro-shard index, BLAS threads per rank: %s\n",
                 static_cast<long long>(o.micro_shard),
                 static_cast<long long>(micro_shard_count(o.global_batch, o.micro_shard)),
                 run.blas_threads < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"

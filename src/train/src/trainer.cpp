@@ -46,10 +46,10 @@ void validate_strategy(const TrainOptions& o) {
   HPCTRAIN_REQUIRE(o.grad_dtype == "f32" || o.grad_dtype == "bf16" || o.grad_dtype == "f16",
                    "--grad-dtype: unknown type '" + o.grad_dtype + "' (expected f32, bf16 or f16)");
   HPCTRAIN_REQUIRE(o.grad_dtype == "f32" || !o.deterministic,
-                   "--grad-dtype " + o.grad_dtype + " cannot be combined with --deterministic: the exact sum already "
-                   "sends integer fixed point, and a 16-bit gradient would change the bytes (use --grad-dtype f32)");
+                   "--grad-dtype " + o.grad_dtype + " cannot be combined with --deterministic: its tree sum adds "
+                   "f32 gradients, and a 16-bit gradient would change the bytes (use --grad-dtype f32)");
   HPCTRAIN_REQUIRE(!(o.strategy == "zero2" && o.deterministic),
-                   "--strategy zero2 cannot run with --deterministic: the exact sum keeps every micro-shard's whole "
+                   "--strategy zero2 cannot run with --deterministic: the tree sum keeps every micro-shard's whole "
                    "gradient, so there is no gradient shard to keep (use --strategy zero1, whose bytes equal ddp's)");
   const coll::Algorithm a = o.parallel.algorithm;
   HPCTRAIN_REQUIRE(!zero || o.deterministic || a == coll::Algorithm::automatic || a == coll::Algorithm::ring,

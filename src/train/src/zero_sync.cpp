@@ -42,7 +42,7 @@ ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, c
   HPCTRAIN_REQUIRE(options.stage == 1 || options.stage == 2,
                    "ZeroSync: stage must be 1 or 2, got " + std::to_string(options.stage));
   HPCTRAIN_REQUIRE(!(options.stage == 2 && options.deterministic),
-                   "--strategy zero2 cannot run with --deterministic (the exact sum keeps every micro-shard's "
+                   "--strategy zero2 cannot run with --deterministic (the tree sum keeps every micro-shard's "
                    "whole gradient, so there is no gradient shard to keep): use --strategy zero1");
   const std::pair<std::int64_t, std::int64_t> front{0, layout_.shard_count()};
   // The shards live at the front of the model's own buffers (ShardLayout::compact): no copies.

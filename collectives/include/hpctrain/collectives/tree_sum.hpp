@@ -48,6 +48,12 @@ std::vector<TreeNode> maximal_nodes(const std::vector<TermRange>& ranges, std::i
 
 class TreeSum {
  public:
+  /// The floats rank `rank`'s TreeSum of vectors of `count` floats allocates for a sum with
+  /// these `ranges` (begin()'s arguments): the most nodes it holds at once while its terms
+  /// arrive (none lent), and block `rank` of every other rank's maximal node.
+  static std::size_t workspace_floats(std::size_t count, std::int64_t total_terms,
+                                      const std::vector<std::vector<TermRange>>& ranges, int rank);
+
   /// A sum of vectors of `count` floats.
   explicit TreeSum(std::size_t count);
 

@@ -15,12 +15,18 @@
 #include <memory>
 #include <vector>
 
+#include "hpctrain/collectives/tree_sum.hpp"
 #include "hpctrain/train/gradient_sync.hpp"
 
 namespace hpctrain::train {
 
 /// Micro-shards of `batch_size` samples, `micro_shard` each (the last may be shorter).
 std::int64_t micro_shard_count(std::int64_t batch_size, std::int64_t micro_shard);
+
+/// The TreeSum terms of an optimiser step of `batch_sizes` global batches: micro-shards numbered
+/// over the step, rank r's being those io::granule_slice gives it in each batch.
+std::vector<std::vector<coll::TermRange>> micro_shard_terms(const std::vector<std::int64_t>& batch_sizes,
+                                                            std::int64_t micro_shard, int world);
 
 class DeterministicSync final : public GradientSync {
  public:

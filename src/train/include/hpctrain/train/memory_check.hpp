@@ -7,8 +7,10 @@
 ///   parameters, gradients   4 B per parameter each (allocated after this check: the model is
 ///                           planned, models::plan_model, and finalised once the run fits)
 ///   optimiser state         SGD with momentum: 4 B per parameter; AdamW: 8 B; ZeRO (zero1,
-///                           zero2): divided over the ranks. --deterministic adds the exact sum's
-///                           fixed-point accumulator, 8 B per parameter.
+///                           zero2): divided over the ranks. --deterministic adds the tree sum's
+///                           held nodes and received blocks (coll::TreeSum::workspace_floats; at
+///                           micro-shards of 16 and batch 128: 3 gradients' worth at P = 1,
+///                           2.5 at P = 2).
 ///   activations             every layer's output for the per-rank batch, kept for backward, and
 ///                           as much again for the gradients flowing back; max-pool argmax
 ///                           (8 B per pooled element); the batch itself

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// run_training: the whole training run behind `hpctrain train`. Sharded data (io::EpochPlan),
-/// a gradient strategy (GradientSync: bucketed all-reduce, or the exact sum with
+/// a gradient strategy (GradientSync: bucketed all-reduce, or the fixed-tree sum with
 /// --deterministic), optimiser and LR schedule, evaluation, checkpoints and preemption,
 /// progress lines, JSONL metrics and the timeline.
 
@@ -71,8 +71,8 @@ struct TrainOptions {
   std::int64_t warmup_steps_for_throughput = 5;  ///< excluded from samples/s
   /// Bitwise-identical results at any rank count and across resumes at another rank count
   /// (docs/deterministic.md): the global batch is cut into micro-shards of `micro_shard`
-  /// samples, each run forward/backward on its own, their gradients summed exactly
-  /// (coll::ReproducibleSum); BLAS runs with one thread; evaluation sums are exact.
+  /// samples, each run forward/backward on its own, their gradients summed in float over
+  /// a fixed binary tree on the micro-shard index (coll::TreeSum); BLAS runs with one thread; evaluation sums are exact.
   bool deterministic = false;
   std::int64_t micro_shard = 16;  ///< samples per micro-shard (deterministic mode)
   /// Batch norm normalises with the statistics of the global batch (one f64 all-reduce per

@@ -26,13 +26,13 @@
 ///     bucket's parameters are all-gathered in place (iallgather_in_place, all buckets queued
 ///     at once, waited for before apply() returns).
 ///
-/// Deterministic mode (zero1 only): the exact fixed-point sum (DeterministicSync) gives every rank
+/// Deterministic mode (zero1 only): the fixed-tree float sum (DeterministicSync) gives every rank
 /// the whole summed gradient (state slots included: update_state() as ddp's), bit for bit as
 /// `ddp --deterministic`; the norm for clipping is
 /// taken from that whole gradient as ddp does; the optimiser then steps only this rank's
 /// shard and the parameters are all-gathered (a copy). The optimiser update is element-wise,
 /// so the final bytes equal `ddp --deterministic`'s at any P. The memory saving is then only in
-/// the optimiser state (the exact sum keeps whole-gradient terms per micro-shard).
+/// the optimiser state (the tree sum keeps whole-gradient terms per micro-shard).
 ///
 /// Cost per step and rank, n parameters: reduce-scatter (p-1)/p·n·β + all-gather (p-1)/p·n·β,
 /// the same volume as one ring all-reduce; optimiser work and state n/p. A model with s state
@@ -50,7 +50,7 @@ namespace hpctrain::train {
 struct ZeroOptions {
   int stage = 1;                 ///< 1: optimiser state sharded; 2: gradients too
   DataParallelOptions parallel;  ///< buckets and wire type (the reduction is always reduce_scatter)
-  bool deterministic = false;    ///< exact sum (stage 1 only)
+  bool deterministic = false;    ///< fixed-tree sum (stage 1 only)
   std::int64_t micro_shard = 16; ///< deterministic mode's micro-shard samples
 };
 
@@ -68,7 +68,7 @@ class ZeroSync final : public GradientSync {
   void accumulate(const MicroBatch& micro) override { inner_->accumulate(micro); }
   double finish_step() override;
   double step_loss() const override { return inner_->step_loss(); }
-  /// deterministic: this rank's balanced block of the whole exact gradient (every rank has it);
+  /// deterministic: this rank's balanced block of the whole tree-summed gradient (every rank has it);
   /// zero2: the shard; zero1: the owned blocks at their places in the gradient buffer (apply()
   /// compacts them).
   std::int64_t count_nonfinite_gradient() const override;
@@ -89,7 +89,7 @@ class ZeroSync final : public GradientSync {
   core::Vec<float> param_shard_;  ///< the parameter buffer's front, where compact() puts the shard
   core::Vec<float> grad_shard_;   ///< zero1: the gradient buffer's front; zero2: its own buffer
   core::Vec<float> trainable_shard_;  ///< the optimiser's mask of the shard (empty: no state)
-  std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or exact sum
+  std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or tree sum
   std::unique_ptr<SharedStateSums> state_sums_;  ///< models with state, not deterministic
   bool record_ = false;
 };
