@@ -23,9 +23,9 @@ supp=$root/tests/sanitize
 # What each checking build runs (test_collectives_loopback through loopback_filter).
 # Collectives, io, the compute kernels and layers (core, models), classical ML and the trainer's
 # np 2 tests (data parallel, ZeRO, checkpoints).
-asan_unit=(test_collectives_loopback test_collectives_tuning test_reproducible_loopback io_unit_tests
-  test_core test_models ml_unit_tests)
-asan_mpi2=(test_collectives_mpi test_reproducible_mpi io_mpi_tests test_train_mpi test_zero_mpi
+asan_unit=(test_collectives_loopback test_collectives_tuning test_reproducible_loopback test_tree_sum_loopback
+  io_unit_tests test_core test_models ml_unit_tests)
+asan_mpi2=(test_collectives_mpi test_reproducible_mpi test_tree_sum_mpi io_mpi_tests test_train_mpi test_zero_mpi
   test_data_parallel_mpi test_checkpoint_mpi)
 # fuzz_config links the CLI's option mapping (core, models and train, which the tests above
 # build under ASan anyway).
@@ -38,8 +38,11 @@ fuzzers=(fuzz_idx fuzz_manifest fuzz_tuning fuzz_config)
 # TSan keeps 2 ranks (every algorithm and variant, threads racing on every shared path); the
 # 3-rank cases (non-power-of-two branches) run under ASan and in the ordinary build (they take
 # 25 of the filtered binary's 44 s uninstrumented, so about half of TSan's 4 minutes).
-tsan_unit=(test_collectives_loopback test_reproducible_loopback)
+tsan_unit=(test_collectives_loopback test_reproducible_loopback test_tree_sum_loopback)
 tsan_loopback_filter='*_p2:LoopbackCollectives.*:HalfPrecision.*'
+# The tree sum under TSan: the exchange and the lent-term and bound cases (1..5 ranks); the
+# any-split matrix (8 ranks, 9,001-float terms) runs under ASan.
+tsan_tree_sum_filter='Exchange.*:TreeSum.ResultMayBeALentTerm:TreeSum.WithinPairwiseBoundOfFloat64:TreeSum.Refuses*'
 # ASan: the allreduce matrix at 2 and 3 ranks and the 1 Mi + 3 element cases (LoopbackLarge) at
 # 3 ranks only, which were 68 of the binary's 71 s under ASan. Their 2-rank form is covered
 # twice: under ASan by test_collectives_mpi at np 2 (every algorithm at 1 Mi + 3 elements, every
@@ -109,6 +112,7 @@ run_tests() {
     if [[ $t == test_collectives_loopback ]]; then
       if [[ $kind == tsan ]]; then filter=(--gtest_filter="$tsan_loopback_filter"); else filter=(--gtest_filter="$asan_loopback_filter"); fi
     fi
+    if [[ $t == test_tree_sum_loopback && $kind == tsan ]]; then filter=(--gtest_filter="$tsan_tree_sum_filter"); fi
     if ! "bin/$t" "${filter[@]}" --gtest_brief=1; then failed+=("$t"); fi
     if [[ $t == test_collectives_loopback && $kind == asan ]]; then
       echo "== $kind: $t ($asan_loopback_large_filter, detect_stack_use_after_return=0)"
