@@ -14,10 +14,13 @@
 //      cblas_GFLOPs, vs_cblas = GFLOPs / cblas_GFLOPs. The benchmark's time is ours.
 //  bound/cblas_sgemm_1thread/1024      OpenBLAS sgemm 1024^3 on one thread: the per-core peak
 //      the other figures can be read against (OpenBLAS's own thread count is restored after).
-//  conv/<layer>/<fwd|fwd+bwd>/<backend>  the CNN's two convolutions at batch 64 on each backend
-//      (portable: im2col + gemm, col2im; onednn: oneDNN's direct kernels, reorders included),
-//      forward alone and forward + backward (weight, bias and input gradients).
-//      FLOPs: 2 N Cout Hout Wout Cin K K per pass; forward = 1 pass, backward = 2 (dW, dX).
+//  conv/<layer>/<fwd|fwd+bwd|fwd+bwd-no-dx>/<backend>  the CNN's two convolutions at batch 64
+//      on each backend (portable: im2col + gemm, col2im; onednn: oneDNN's direct kernels,
+//      reorders included), forward alone and forward + backward (weight, bias and input
+//      gradients); for conv1, the CNN's first layer, also forward + the backward the model runs
+//      there (fwd+bwd-no-dx: weight and bias gradients; the model needs no input gradient).
+//      FLOPs: 2 N Cout Hout Wout Cin K K per pass; forward = 1 pass, backward = 2 (dW, dX) or 1
+//      without dX; the bare gemms run the same passes.
 //      Counters: GFLOPs, gemm_GFLOPs (the same gemms run bare on the same buffers, in the same
 //      iteration), frac_of_gemm = GFLOPs / gemm_GFLOPs (what im2col/col2im/layout cost).
 //  stream/<kernel>                    the memory-bound kernels (ReLU, 2x2 max-pool, softmax
@@ -206,6 +209,7 @@ void bench_bound(benchmark::State& state) {
 struct ConvCase {
   std::string name;
   core::Conv2dGeometry g;
+  bool first_layer = false;  ///< the model's first layer: its backward computes no input gradient
 };
 
 std::vector<ConvCase> cnn_convs(std::int64_t batch) {
@@ -220,10 +224,11 @@ std::vector<ConvCase> cnn_convs(std::int64_t batch) {
   conv2.in_channels = 32;
   conv2.height = conv2.width = 14;
   conv2.out_channels = 64;
-  return {{"cnn.conv1", conv1}, {"cnn.conv2", conv2}};
+  return {{"cnn.conv1", conv1, true}, {"cnn.conv2", conv2, false}};
 }
 
-void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool backward,
+/// `with_dx`: the backward also computes the input gradient (every layer but the first).
+void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool backward, bool with_dx,
                 core::ConvBackend backend) {
   try {
     core::set_conv_backend(backend);
@@ -237,7 +242,7 @@ void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool bac
     const auto y = core::make_tensor<float>("bench::y", {y_n}).data;
     const auto dw = core::make_tensor<float>("bench::dw", {F * CKK}).data;
     const auto db = core::make_tensor<float>("bench::db", {F}).data;
-    const auto dx = core::make_tensor<float>("bench::dx", {x_n}).data;
+    const core::Vec<float> dx = with_dx ? core::make_tensor<float>("bench::dx", {x_n}).data : core::Vec<float>();
     core::Conv2dWorkspace<float> ws;
     core::Conv2dWorkspace<float> gemm_ws;  // the portable path's buffers, for the bare gemms
     gemm_ws.reserve(g);
@@ -254,8 +259,10 @@ void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool bac
       if (backward) {
         core::gemm(Trans::no, Trans::yes, 1.0F, core::as_matrix(gemm_ws.yt, F, NP),
                    core::as_matrix(gemm_ws.col, CKK, NP), 1.0F, core::as_matrix(dw, F, CKK));
-        core::gemm(Trans::yes, Trans::no, 1.0F, core::as_matrix(w, F, CKK),
-                   core::as_matrix(gemm_ws.yt, F, NP), 0.0F, core::as_matrix(gemm_ws.dcol, CKK, NP));
+        if (with_dx) {
+          core::gemm(Trans::yes, Trans::no, 1.0F, core::as_matrix(w, F, CKK),
+                     core::as_matrix(gemm_ws.yt, F, NP), 0.0F, core::as_matrix(gemm_ws.dcol, CKK, NP));
+        }
       }
       fence();
     };
@@ -272,7 +279,7 @@ void bench_conv(benchmark::State& state, const core::Conv2dGeometry& g, bool bac
       conv_s += t;
       state.SetIterationTime(t);
     }
-    const double passes = backward ? 3.0 : 1.0;
+    const double passes = backward ? (with_dx ? 3.0 : 2.0) : 1.0;
     const double flops = passes * 2.0 * static_cast<double>(F * NP) * static_cast<double>(CKK) *
                          static_cast<double>(state.iterations());
     state.counters["GFLOPs"] = flops / conv_s * 1e-9;
@@ -433,11 +440,18 @@ void register_benchmarks() {
   std::vector<core::ConvBackend> backends{core::ConvBackend::portable};
   if (core::onednn_available()) backends.push_back(core::ConvBackend::onednn);
   for (const auto& c : cnn_convs(64)) {
-    for (const bool backward : {false, true}) {
+    // fwd, fwd+bwd (weight, bias and input gradients) and, for the model's first layer, the
+    // backward the model runs there: weight and bias gradients only (fwd+bwd-no-dx).
+    struct Variant {
+      const char* suffix;
+      bool backward, with_dx;
+    };
+    std::vector<Variant> variants{{"/fwd/", false, false}, {"/fwd+bwd/", true, true}};
+    if (c.first_layer) variants.push_back({"/fwd+bwd-no-dx/", true, false});
+    for (const Variant& v : variants) {
       for (const auto backend : backends) {
-        const std::string name = "conv/" + c.name + (backward ? "/fwd+bwd/" : "/fwd/") +
-                                 core::conv_backend_name(backend);
-        benchmark::RegisterBenchmark(name.c_str(), bench_conv, c.g, backward, backend)
+        const std::string name = "conv/" + c.name + v.suffix + core::conv_backend_name(backend);
+        benchmark::RegisterBenchmark(name.c_str(), bench_conv, c.g, v.backward, v.with_dx, backend)
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
       }
