@@ -124,7 +124,7 @@ def main():
         print("%-8s np %d  xxh3 %s  %d tensors  eval loss %r accuracy %r" %
               (tag, np_, m[0], len(params), evals[-1]["loss"] if evals else None,
                evals[-1]["accuracy"] if evals else None))
-        return {"checksum": m[0], "params": params, "eval": evals[-1] if evals else None, "ckpt": ckpt}
+        return {"checksum": m[0], "params": params, "eval": evals[-1] if evals else None, "ckpt": ckpt, "out": out}
 
     def same(x, y):
         return x["checksum"] == y["checksum"] and x["params"] == y["params"]
@@ -138,6 +138,22 @@ def main():
             failures.append("np %d evaluation %r differs from np 1's %r" % (np_, runs[np_]["eval"], runs[1]["eval"]))
     if not runs[1]["params"] or runs[1]["eval"] is None:
         failures.append("no parameters or no evaluation recorded")
+    idle_note = "micro-shards per global batch: "
+    if any(idle_note in r["out"] for r in runs.values()):
+        failures.append("an idle-rank note although every rank holds a micro-shard")
+
+    # More ranks than micro-shards (MLP only): at micro-shards of 32 a global batch of 96 has 3,
+    # so one of 4 ranks holds none (and the last, partial batch of 40 has 2); the start-up line
+    # says so, and the bytes still equal one rank's.
+    if a.model == "mlp":
+        wide1 = train_run("ms32-np1", 1, ["--micro-shard", "32"])
+        wide4 = train_run("ms32-np4", 4, ["--micro-shard", "32"])
+        if not same(wide1, wide4):
+            failures.append("micro-shard 32: np 4 (one rank idle) differs from np 1")
+        if same(wide1, runs[1]):
+            failures.append("micro-shards of 32 and 16 gave the same bytes: the micro-shard is not in effect")
+        if "3 micro-shards per global batch: 1 of the 4 ranks hold none" not in wide4["out"]:
+            failures.append("np 4 at micro-shard 32: no idle-rank note:\n" + wide4["out"])
 
     # Elastic: np 4 checkpoints at `half`; resume at np 3 and np 1; compare with np 2.
     first = train_run("np4-full", 4, ["--checkpoint-every", str(half)])

@@ -70,6 +70,12 @@ void ProgressReport::print_start(const RunDescription& run) const {
                 static_cast<long long>(micro_shard_count(o.global_batch, o.micro_shard)),
                 run.blas_threads < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"
                                      : std::to_string(run.blas_threads).c_str());
+    const std::int64_t shards = micro_shard_count(o.global_batch, o.micro_shard);
+    if (shards < comm_.size()) {
+      std::printf("hpctrain: note: %lld micro-shards per global batch: %lld of the %d ranks hold none and only "
+                  "wait (a smaller --micro-shard keeps every rank busy, with other bytes)\n",
+                  static_cast<long long>(shards), static_cast<long long>(comm_.size() - shards), comm_.size());
+    }
   }
   std::fflush(stdout);
 }
