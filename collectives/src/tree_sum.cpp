@@ -56,39 +56,44 @@ struct Shape {
   TreeNode node;
 };
 
+/// The stack of node shapes after `ranges`' terms were added in order (the maximal nodes), and
+/// the most nodes it held at once after a term had settled.
+struct ShapeStack {
+  std::vector<Shape> stack;
+  std::size_t most = 0;
+};
+
+ShapeStack stack_of(const std::vector<TermRange>& ranges, std::int64_t total_terms) {
+  const int root = root_level(total_terms);
+  ShapeStack out;
+  for (const TermRange& r : ranges) {
+    for (std::int64_t t = r.begin; t < r.end; ++t) {
+      out.stack.push_back(Shape{TreeNode{0, t}});
+      settle(out.stack, total_terms, root, [](Shape&, Shape&) {});
+      out.most = std::max(out.most, out.stack.size());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<TreeNode> maximal_nodes(const std::vector<TermRange>& ranges, std::int64_t total_terms) {
-  const int root = root_level(total_terms);
-  std::vector<Shape> stack;
-  for (const TermRange& r : ranges) {
-    for (std::int64_t t = r.begin; t < r.end; ++t) {
-      stack.push_back(Shape{TreeNode{0, t}});
-      settle(stack, total_terms, root, [](Shape&, Shape&) {});
-    }
-  }
+  const ShapeStack s = stack_of(ranges, total_terms);
   std::vector<TreeNode> out;
-  out.reserve(stack.size());
-  for (const Shape& s : stack) out.push_back(s.node);
+  out.reserve(s.stack.size());
+  for (const Shape& shape : s.stack) out.push_back(shape.node);
   return out;
 }
 
 std::size_t TreeSum::workspace_floats(std::size_t count, std::int64_t total_terms,
                                       const std::vector<std::vector<TermRange>>& ranges, int rank) {
-  const int root = root_level(total_terms);
-  std::vector<Shape> stack;
-  std::size_t most = 0;
-  for (const TermRange& r : ranges.at(static_cast<std::size_t>(rank))) {
-    for (std::int64_t t = r.begin; t < r.end; ++t) {
-      stack.push_back(Shape{TreeNode{0, t}});
-      settle(stack, total_terms, root, [](Shape&, Shape&) {});
-      most = std::max(most, stack.size());  // a held node has a slot; a merged term needs none
-    }
-  }
+  // A held node has a slot; a term merged on arrival needs none.
+  const std::size_t most = stack_of(ranges.at(static_cast<std::size_t>(rank)), total_terms).most;
   const int p = static_cast<int>(ranges.size());
   std::size_t others = 0;
   for (int r = 0; r < p; ++r) {
-    if (r != rank && p > 1) others += maximal_nodes(ranges[static_cast<std::size_t>(r)], total_terms).size();
+    if (r != rank && p > 1) others += stack_of(ranges[static_cast<std::size_t>(r)], total_terms).stack.size();
   }
   return most * count + others * balanced_block(count, p, rank).count;
 }
@@ -124,6 +129,7 @@ void TreeSum::begin(std::int64_t total_terms, const std::vector<std::vector<Term
                                                  " of " + std::to_string(total_terms));
     ranges_ = ranges;
     total_ = total_terms;
+    root_ = root_level(total_);
     nodes_.clear();
     for (const auto& r : ranges_) nodes_.push_back(maximal_nodes(r, total_));
   }
@@ -168,12 +174,12 @@ void TreeSum::add(std::int64_t term, float* data, bool lend) {
   // The merges this term sets off form a chain (each adds the node above into the one below);
   // run it in cache-sized chunks, so every vector is read once.
   stack_.push_back(Held{TreeNode{0, term}, data});
-  std::vector<std::pair<float*, const float*>> chain;
-  settle(stack_, total_, root_level(total_), [&](Held& below, Held& top) {
-    chain.emplace_back(below.data, top.data);
+  chain_.clear();
+  settle(stack_, total_, root_, [&](Held& below, Held& top) {
+    chain_.emplace_back(below.data, top.data);
     if (is_slot(top.data)) free_.push_back(top.data);  // read by the chain below, reused only later
   });
-  if (chain.empty()) {
+  if (chain_.empty()) {
     if (!lend) {  // the new node stays: keep a copy
       float* s = slot();
       std::memcpy(s, data, count_ * sizeof(float));
@@ -184,7 +190,7 @@ void TreeSum::add(std::int64_t term, float* data, bool lend) {
   constexpr std::size_t kChunk = 4096;  // 16 KiB per vector
   for (std::size_t c = 0; c < count_; c += kChunk) {
     const std::size_t n = std::min(kChunk, count_ - c);
-    for (const auto& [dst, src] : chain) add_into(dst + c, src + c, n);
+    for (const auto& [dst, src] : chain_) add_into(dst + c, src + c, n);
   }
 }
 
@@ -196,7 +202,6 @@ void TreeSum::finish(Communicator& comm, float* result) {
                                             std::to_string(added_) + " of its " + std::to_string(expected_) +
                                             " terms");
   const int p = comm.size();
-  const int root = root_level(total_);
   if (p == 1) {
     HPCTRAIN_REQUIRE(stack_.size() == 1, "TreeSum: one rank holds every term but not one root node");
     if (stack_[0].data != result) std::memcpy(result, stack_[0].data, count_ * sizeof(float));
@@ -236,9 +241,9 @@ void TreeSum::finish(Communicator& comm, float* result) {
   std::vector<Held> stack;
   for (const Held& h : all) {
     stack.push_back(h);
-    settle(stack, total_, root, [&](Held& below, Held& top) { add_into(below.data, top.data, mine.count); });
+    settle(stack, total_, root_, [&](Held& below, Held& top) { add_into(below.data, top.data, mine.count); });
   }
-  HPCTRAIN_REQUIRE(stack.size() == 1 && stack[0].node == (TreeNode{root, 0}),
+  HPCTRAIN_REQUIRE(stack.size() == 1 && stack[0].node == (TreeNode{root_, 0}),
                    "TreeSum: the ranks' nodes do not form the tree of " + std::to_string(total_) + " terms");
   float* out = result + mine.offset;
   if (mine.count && stack[0].data != out) std::memcpy(out, stack[0].data, mine.count * sizeof(float));

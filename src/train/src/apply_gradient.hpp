@@ -7,6 +7,7 @@
 
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/models/sequential.hpp"
+#include "hpctrain/train/gradient_sync.hpp"
 
 namespace hpctrain::train {
 
@@ -29,6 +30,14 @@ inline void apply_full_gradient(models::Sequential<float>& model, core::Optimize
   optimizer.set_learning_rate(lr);
   optimizer.step(model.parameter_buffer(), model.gradient_buffer());
   Kokkos::fence();
+}
+
+/// What such a strategy holds: the parameters, and the whole gradient plus the optimiser's mask
+/// (models with state only).
+inline GradientSync::HeldBytes full_gradient_held_bytes(const models::Sequential<float>& model,
+                                                        const core::Vec<float>& trainable) {
+  const auto bytes = static_cast<std::uint64_t>(model.parameter_count()) * sizeof(float);
+  return GradientSync::HeldBytes{bytes, bytes + trainable.extent(0) * sizeof(float)};
 }
 
 }  // namespace hpctrain::train

@@ -76,10 +76,7 @@ double BucketedAllreduceSync::apply(core::Optimizer<float>& optimizer, double lr
   return 0.0;
 }
 
-GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const {
-  const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
-  return HeldBytes{bytes, bytes + trainable_.extent(0) * sizeof(float)};  // the mask: models with state
-}
+GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const { return full_gradient_held_bytes(model_, trainable_); }
 
 std::int64_t BucketedAllreduceSync::count_nonfinite_gradient() const {
   return count_nonfinite_in_my_block(model_.gradient_buffer(), rank_, ranks_);

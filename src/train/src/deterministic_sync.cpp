@@ -22,21 +22,20 @@ std::int64_t micro_shard_count(std::int64_t batch_size, std::int64_t micro_shard
   return (batch_size + micro_shard - 1) / micro_shard;
 }
 
-std::vector<std::vector<coll::TermRange>> micro_shard_terms(const std::vector<std::int64_t>& batch_sizes,
-                                                            std::int64_t micro_shard, int world) {
-  std::vector<std::vector<coll::TermRange>> ranges(static_cast<std::size_t>(world));
-  std::int64_t base = 0;
+MicroShardTerms micro_shard_terms(const std::vector<std::int64_t>& batch_sizes, std::int64_t micro_shard, int world) {
+  MicroShardTerms t;
+  t.ranges.resize(static_cast<std::size_t>(world));
   for (const std::int64_t size : batch_sizes) {
     for (int r = 0; r < world; ++r) {
       const io::RankSlice s = io::granule_slice(size, micro_shard, r, world);
       if (s.count > 0) {
-        ranges[static_cast<std::size_t>(r)].push_back(
-            coll::TermRange{base + s.offset / micro_shard, base + (s.offset + s.count + micro_shard - 1) / micro_shard});
+        t.ranges[static_cast<std::size_t>(r)].push_back(coll::TermRange{
+            t.total + s.offset / micro_shard, t.total + (s.offset + s.count + micro_shard - 1) / micro_shard});
       }
     }
-    base += micro_shard_count(size, micro_shard);
+    t.total += micro_shard_count(size, micro_shard);
   }
-  return ranges;
+  return t;
 }
 
 /// Each micro-shard's gradient is a term of a coll::TreeSum over the step's micro-shards.
@@ -50,12 +49,17 @@ class DeterministicSync::Terms {
 
   /// Starts a step of `batch_sizes` global batches, cut into micro-shards of `micro_shard`:
   /// every rank's terms are its micro-shards (io::granule_slice), numbered over the step.
-  void begin_step(const std::vector<std::int64_t>& batch_sizes, std::int64_t micro_shard, int rank, int world) {
-    ranges_ = micro_shard_terms(batch_sizes, micro_shard, world);
-    std::int64_t total = 0;
-    for (const std::int64_t size : batch_sizes) total += micro_shard_count(size, micro_shard);
-    sum_.begin(total, ranges_, rank);
+  /// Returns the step's number of micro-shards. The terms are recomputed only when the batch
+  /// sizes change (at an epoch's last, partial batch and after it).
+  std::int64_t begin_step(const std::vector<std::int64_t>& batch_sizes, std::int64_t micro_shard, int rank,
+                          int world) {
+    if (batch_sizes != batch_sizes_) {
+      terms_ = micro_shard_terms(batch_sizes, micro_shard, world);
+      batch_sizes_ = batch_sizes;
+    }
+    sum_.begin(terms_.total, terms_.ranges, rank);
     pending_ = -1;
+    return terms_.total;
   }
   /// After micro-shard `term`'s backward (the gradient buffer holds only its gradient).
   void collect(std::int64_t term, const core::Vec<float>& grads) {
@@ -91,7 +95,8 @@ class DeterministicSync::Terms {
 
   std::size_t count_;
   coll::TreeSum sum_;
-  std::vector<std::vector<coll::TermRange>> ranges_;
+  std::vector<std::int64_t> batch_sizes_;  ///< the step terms_ was computed for
+  MicroShardTerms terms_;
   std::int64_t pending_ = -1;  ///< a term still in the gradient buffer (host gradients), or -1
   std::vector<float> host_;    ///< device gradients: the host copy of a term, then of the sum
 };
@@ -110,9 +115,7 @@ void DeterministicSync::begin_step(const OptimizerStep& step) {
   step_ = step;
   micro_ = 0;
   term_base_ = 0;
-  std::int64_t terms = 0;
-  for (const std::int64_t size : step.batch_sizes) terms += micro_shard_count(size, micro_shard_);
-  terms_->begin_step(step.batch_sizes, micro_shard_, comm_.rank(), comm_.size());
+  const std::int64_t terms = terms_->begin_step(step.batch_sizes, micro_shard_, comm_.rank(), comm_.size());
   losses_.assign(static_cast<std::size_t>(terms), 0.0);
 }
 
@@ -159,10 +162,7 @@ double DeterministicSync::apply(core::Optimizer<float>& optimizer, double lr, do
   return 0.0;
 }
 
-GradientSync::HeldBytes DeterministicSync::held_bytes() const {
-  const auto bytes = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
-  return HeldBytes{bytes, bytes + trainable_.extent(0) * sizeof(float)};  // the mask: models with state
-}
+GradientSync::HeldBytes DeterministicSync::held_bytes() const { return full_gradient_held_bytes(model_, trainable_); }
 
 std::int64_t DeterministicSync::count_nonfinite_gradient() const {
   return count_nonfinite_in_my_block(model_.gradient_buffer(), comm_.rank(), comm_.size());

@@ -74,12 +74,12 @@ MemoryEstimate estimate_training_memory(models::Sequential<float>& model, const 
   if (o.deterministic) {  // the tree sum's held nodes and received blocks, on the rank that needs most
     const std::vector<std::int64_t> batches(static_cast<std::size_t>(std::max<std::int64_t>(o.accumulate, 1)),
                                             o.global_batch);
-    const auto terms = micro_shard_terms(batches, o.micro_shard, static_cast<int>(ranks));
-    std::int64_t total = 0;
-    for (const std::int64_t b : batches) total += micro_shard_count(b, o.micro_shard);
+    const MicroShardTerms terms = micro_shard_terms(batches, o.micro_shard, static_cast<int>(ranks));
     std::size_t most = 0;
-    for (int r = 0; r < static_cast<int>(ranks); ++r)
-      most = std::max(most, coll::TreeSum::workspace_floats(static_cast<std::size_t>(params), total, terms, r));
+    for (int r = 0; r < static_cast<int>(ranks); ++r) {
+      most = std::max(most,
+                      coll::TreeSum::workspace_floats(static_cast<std::size_t>(params), terms.total, terms.ranges, r));
+    }
     e.optimizer_state += most * sizeof(float);
   }
 

@@ -64,13 +64,13 @@ void ProgressReport::print_start(const RunDescription& run) const {
   std::printf("hpctrain: compute: %s, gemm on %s, convolutions on %s\n", describe(compute_threads()).c_str(),
               core::gemm_backend_name(core::gemm_backend()), core::conv_backend_name(core::conv_backend()));
   if (o.deterministic) {
+    const std::int64_t shards = micro_shard_count(o.global_batch, o.micro_shard);
     std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), "
                 "gradients summed in float over a fixed tree on the micro-shard index, BLAS threads per rank: %s\n",
                 static_cast<long long>(o.micro_shard),
-                static_cast<long long>(micro_shard_count(o.global_batch, o.micro_shard)),
+                static_cast<long long>(shards),
                 run.blas_threads < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"
                                      : std::to_string(run.blas_threads).c_str());
-    const std::int64_t shards = micro_shard_count(o.global_batch, o.micro_shard);
     if (shards < comm_.size()) {
       std::printf("hpctrain: note: %lld micro-shards per global batch: %lld of the %d ranks hold none and only "
                   "wait (a smaller --micro-shard keeps every rank busy, with other bytes)\n",

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "hpctrain/collectives/types.hpp"
@@ -83,6 +84,7 @@ class TreeSum {
 
   std::size_t count_;
   std::int64_t total_ = 0;
+  int root_ = 0;  ///< the root's level: 2^root_ >= total_
   int rank_ = 0;
   std::vector<std::vector<TermRange>> ranges_;
   std::vector<std::vector<TreeNode>> nodes_;  ///< every rank's maximal nodes
@@ -90,6 +92,7 @@ class TreeSum {
   std::vector<std::vector<float>> slots_;     ///< storage of held nodes (reused across sums)
   std::size_t used_slots_ = 0;
   std::vector<float*> free_;                  ///< slots of nodes merged away
+  std::vector<std::pair<float*, const float*>> chain_;  ///< add()'s merges (dst += src), reused
   std::int64_t added_ = 0;                    ///< terms added since begin()
   std::int64_t expected_ = 0;                 ///< this rank's terms
   std::vector<float> received_;               ///< the other ranks' nodes, block rank() of each

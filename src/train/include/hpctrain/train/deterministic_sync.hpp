@@ -23,10 +23,13 @@ namespace hpctrain::train {
 /// Micro-shards of `batch_size` samples, `micro_shard` each (the last may be shorter).
 std::int64_t micro_shard_count(std::int64_t batch_size, std::int64_t micro_shard);
 
-/// The TreeSum terms of an optimiser step of `batch_sizes` global batches: micro-shards numbered
-/// over the step, rank r's being those io::granule_slice gives it in each batch.
-std::vector<std::vector<coll::TermRange>> micro_shard_terms(const std::vector<std::int64_t>& batch_sizes,
-                                                            std::int64_t micro_shard, int world);
+/// The TreeSum terms of an optimiser step: its micro-shards, numbered over the step.
+struct MicroShardTerms {
+  std::int64_t total = 0;                             ///< micro-shards of the whole step
+  std::vector<std::vector<coll::TermRange>> ranges;   ///< rank r's: those io::granule_slice gives it
+};
+/// The terms of a step of `batch_sizes` global batches cut into micro-shards of `micro_shard`.
+MicroShardTerms micro_shard_terms(const std::vector<std::int64_t>& batch_sizes, std::int64_t micro_shard, int world);
 
 class DeterministicSync final : public GradientSync {
  public:
