@@ -27,6 +27,10 @@
 //                 smpi/simulate-computation:no, so a reduction takes no simulated time), and
 //                 write the tuning file FILE. The 8 B time to rank P-1 (the farthest host) is
 //                 printed beside it (far_alpha_s), not used.
+//   --nodes-per-switch=N  with --fit-model: hosts under one leaf switch (the platform's layout;
+//                 one rank per host). The fit then also measures the far tier: alpha_far_s = the
+//                 mean 8 B time from rank 0 to the first and last rank of each other switch group
+//                 (up to 8 groups), and writes it with nodes_per_switch into FILE.
 //   --predict=P,..  instead of all-reduces: print the cost model's prediction (the tuning of
 //                 HPCTRAIN_TUNING_FILE) for each rank count, size and algorithm, one rank per
 //                 node, without simulating (`prediction ...` lines; run it with -np 1).
@@ -78,6 +82,7 @@ struct Options {
   int iters = 2;
   bool check = false;
   std::string fit_model_file;  // --fit-model=FILE
+  std::size_t nodes_per_switch = 0;  // --nodes-per-switch=N (with --fit-model)
   std::vector<int> predict_ranks;  // --predict=P,...
 };
 
@@ -113,11 +118,18 @@ Options parse_options(int argc, char** argv) {
       for (const auto& r : split_list(v)) o.predict_ranks.push_back(std::atoi(r.c_str()));
     } else if (const char* v = value("--fit-model=")) {
       o.fit_model_file = v;
+    } else if (const char* v = value("--nodes-per-switch=")) {
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      HPCTRAIN_REQUIRE(*v && *end == '\0' && n >= 0,
+                       std::string("smpi_allreduce: --nodes-per-switch must be a whole number >= 0 (got '") + v + "')");
+      o.nodes_per_switch = static_cast<std::size_t>(n);
     } else if (arg == "--check") {
       o.check = true;
     } else {
       HPCTRAIN_FAIL("smpi_allreduce: unknown argument '" + arg +
-                    "' (--algorithms=LIST --sizes=LIST --iters=N --check; see the file comment)");
+                    "' (--algorithms=LIST --sizes=LIST --iters=N --check --fit-model=FILE --nodes-per-switch=N "
+                    "--predict=P,..; see the file comment)");
     }
   }
   return o;
@@ -234,37 +246,57 @@ double predicted_s(const Communicator& comm, const std::string& chosen, std::siz
 }
 
 /// Half the round trip of `bytes` between ranks 0 and `peer` over the communicator's transport,
-/// best of `reps` (the measurement of tune-collectives). Ranks other than 0 and peer wait.
+/// best of `reps` timed round trips after one untimed one (the measurement of tune-collectives).
+/// Rank 0 times each round trip on its own clock, so the skew with which the ranks leave the
+/// barrier (which grows with P: at 256 ranks it added 1 µs to the 2 µs of rank 0 <-> 1 when the
+/// clock started at the barrier) does not enter. Ranks other than 0 and peer wait.
 double pingpong_s(Communicator& comm, int peer, std::size_t bytes, int reps) {
   std::vector<std::byte> buf(std::max<std::size_t>(bytes, 1));
   auto& t = comm.transport();
   hpctrain::coll::WaitPolicy policy;
   policy.what = "ping-pong";
   double best = std::numeric_limits<double>::infinity();
-  for (int r = 0; r < reps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    if (comm.rank() == 0 || comm.rank() == peer) {
-      const int other = comm.rank() == 0 ? peer : 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm.rank() == 0 || comm.rank() == peer) {
+    const int other = comm.rank() == 0 ? peer : 0;
+    for (int r = 0; r <= reps; ++r) {
+      const double t0 = MPI_Wtime();
       for (int leg = 0; leg < 2; ++leg) {
         const bool sending = (leg == 0) == (comm.rank() == 0);
         hpctrain::coll::Request req = sending ? t.isend(buf.data(), bytes, other, 7) : t.irecv(buf.data(), bytes, other, 7);
         hpctrain::coll::wait_all(t, &req, 1, policy);
       }
+      if (r > 0) best = std::min(best, (MPI_Wtime() - t0) / 2);  // round 0 lines the two ranks up
     }
-    best = std::min(best, (MPI_Wtime() - t0) / 2);
   }
   MPI_Bcast(&best, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return best;
 }
 
 /// --fit-model: α and β from the ping-pong (see the file comment), written as a tuning file.
-int fit_model(Communicator& comm, const std::string& file) {
+int fit_model(Communicator& comm, const std::string& file, std::size_t nodes_per_switch) {
   HPCTRAIN_REQUIRE(comm.size() >= 2, "--fit-model needs at least 2 ranks");
+  const int group = static_cast<int>(nodes_per_switch);  // one rank per host
+  HPCTRAIN_REQUIRE(nodes_per_switch == 0 || group < comm.size(),
+                   "--fit-model with --nodes-per-switch=" + std::to_string(nodes_per_switch) + " needs more than " +
+                       std::to_string(nodes_per_switch) + " ranks (a rank under another switch)");
   std::vector<std::pair<double, double>> points;
   for (std::size_t b = 8; b <= (std::size_t{4} << 20); b *= 8) points.emplace_back(b, pingpong_s(comm, 1, b, 3));
   points.emplace_back(std::size_t{4} << 20, pingpong_s(comm, 1, std::size_t{4} << 20, 3));
   const double far_alpha = pingpong_s(comm, comm.size() - 1, 8, 3);
+  // The far tier: the mean 8 B time from rank 0 to the first and the last rank of every other
+  // switch group (up to 8 groups; routes across a spine differ in length).
+  double far_mean = 0.0;
+  int far_pairs = 0;
+  if (group > 0) {
+    for (int g = 1; g * group < comm.size() && g <= 8; ++g) {
+      for (int peer : {g * group, std::min(comm.size(), (g + 1) * group) - 1}) {
+        far_mean += pingpong_s(comm, peer, 8, 3);
+        ++far_pairs;
+      }
+    }
+    far_mean /= far_pairs;
+  }
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : points) {
     if (x < 32768) continue;
@@ -276,13 +308,16 @@ int fit_model(Communicator& comm, const std::string& file) {
   t.model.alpha_intra_s = t.model.alpha_inter_s = alpha;
   t.model.beta_intra_s_per_byte = t.model.beta_inter_s_per_byte = beta;
   t.model.gamma_s_per_byte = 0.0;
+  t.model.nodes_per_switch = nodes_per_switch;
+  t.model.alpha_far_s = far_mean;
   std::string pts;
   for (const auto& [x, y] : points) pts += (pts.empty() ? "" : ",") + std::to_string(static_cast<long>(x)) + ":" + std::to_string(y);
   if (comm.rank() == 0) {
     t.save(file, "{\"source\": \"smpi_allreduce --fit-model: ping-pong 0<->1 under SMPI, gamma 0 "
                  "(simulate-computation:no)\"}");
-    std::printf("fit alpha_s=%.6e beta_s_per_byte=%.6e far_alpha_s=%.6e points=%s file=%s\n", alpha, beta, far_alpha,
-                pts.c_str(), file.c_str());
+    std::printf("fit alpha_s=%.6e beta_s_per_byte=%.6e far_alpha_s=%.6e alpha_far_s=%.6e nodes_per_switch=%zu "
+                "far_pairs=%d points=%s file=%s\n",
+                alpha, beta, far_alpha, far_mean, nodes_per_switch, far_pairs, pts.c_str(), file.c_str());
   }
   return 0;
 }
@@ -306,7 +341,7 @@ int predict(const hpctrain::coll::Tuning& tuning, const Options& o) {
 int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
-  if (!o.fit_model_file.empty()) return fit_model(comm, o.fit_model_file);
+  if (!o.fit_model_file.empty()) return fit_model(comm, o.fit_model_file, o.nodes_per_switch);
   if (!o.predict_ranks.empty()) return predict(comm.tuning(), o);
   const bool root = comm.rank() == 0;
   const int per_node = ranks_per_node(comm);

@@ -28,54 +28,93 @@ struct Link {
   double alpha, beta;
 };
 
-double fold_s(double n, int p, Link l, double gamma) {
-  return p == (1 << floor_lg(p)) ? 0.0 : 2.0 * (l.alpha + n * l.beta) + n * gamma;
+/// The links a flat algorithm's messages take: `near` inside a switch group of `group`
+/// consecutive ranks, `far_alpha` per message between groups (same β: the study's fabrics have
+/// one link speed). group >= p: one tier.
+struct Fabric {
+  Link near;
+  double far_alpha;
+  int group;
+  /// α of a message between ranks `distance` apart (power-of-two distances, groups aligned).
+  double alpha_at(int distance) const { return distance >= group ? far_alpha : near.alpha; }
+  /// Σ α over the exchanges at distances 1, 2, 4, .., 2^(lg - 1).
+  double doubling_alpha(int lg) const {
+    double a = 0.0;
+    for (int j = 0; j < lg; ++j) a += alpha_at(1 << j);
+    return a;
+  }
+  /// α of a step of a pipeline that every link carries (the ring, the double binary tree): the
+  /// slowest link paces it, the far one once the ranks span groups. (Measured under SMPI, 64
+  /// ranks under 2 leaves, 2 µs / 4 µs: a ring step of 512 B took 3.1 µs, of 256 KiB 21 µs of
+  /// bandwidth + 9.7 µs; the mean of the ring's links, 2.1 µs, under-predicts both.)
+  double slowest_alpha(int p) const { return group >= p ? near.alpha : far_alpha; }
+};
+
+/// The non-power-of-two fold: ranks 2i and 2i+1 (i < p - p') pair up, so its two messages are
+/// between neighbours.
+double fold_s(double n, int p, const Fabric& f, double gamma) {
+  return p == (1 << floor_lg(p)) ? 0.0 : 2.0 * (f.alpha_at(1) + n * f.near.beta) + n * gamma;
 }
 
-double ring_s(double n, int p, Link l, double gamma, double segment) {
+double ring_s(double n, int p, const Fabric& f, double gamma, double segment) {
   if (p <= 1) return 0.0;
   const double chunk = n / p;
   const double segments = std::max(1.0, std::ceil(chunk / segment));
-  return 2.0 * (p - 1) * segments * l.alpha + 2.0 * (p - 1) * chunk * l.beta + (p - 1) * chunk * gamma;
+  return 2.0 * (p - 1) * segments * f.slowest_alpha(p) + 2.0 * (p - 1) * chunk * f.near.beta + (p - 1) * chunk * gamma;
 }
 
-double tree_s(double n, int p, Link l, double gamma, double segment, double binomial_max) {
+double tree_s(double n, int p, const Fabric& f, double gamma, double segment, double binomial_max) {
   if (p <= 1) return 0.0;
-  const double depth = ceil_lg(p);
-  // Binomial: the reduce's last and the broadcast's first step are one exchange (tree_allreduce.cpp).
-  if (n <= binomial_max) return (2.0 * depth - 1.0) * (l.alpha + n * l.beta) + depth * n * gamma;
+  if (n <= binomial_max) {
+    // Binomial: the reduce inside [0, top) and [top, p) (distances 1 .. top/2), one exchange
+    // 0 <-> top, the broadcast back down (tree_allreduce.cpp): 2⌈lg p⌉ - 1 steps.
+    const int depth = ceil_lg(p);
+    const int top = 1 << (depth - 1);
+    return 2.0 * f.doubling_alpha(depth - 1) + f.alpha_at(top) + (2.0 * depth - 1.0) * n * f.near.beta +
+           depth * n * gamma;
+  }
+  // Double binary tree: each half climbs its tree (depth d = ⌊lg p⌋) and descends it again in
+  // m segments, S = 2d + m - 1 pipeline steps. Per step the busiest rank moves a segment over
+  // each of its L tree links once the pipeline is full (L = double_tree_busiest_links), and
+  // at most 2m (two children's parts per segment) before that.
   const double s = std::min(segment, n / 2);
-  const double steps = depth + std::ceil(n / (2 * s)) - 1;
-  return steps * (4.0 * l.alpha + 4.0 * s * l.beta + 2.0 * s * gamma);
+  const double m = std::ceil(n / (2 * s));
+  const double steps = 2.0 * floor_lg(p) + m - 1;
+  thread_local int memo_p = 0, memo_links = 0;  // O(p lg p) to count; `auto` asks per call
+  if (memo_p != p) memo_links = detail::double_tree_busiest_links(memo_p = p);
+  const double links = std::min(2.0 * m, static_cast<double>(memo_links));
+  return steps * (f.slowest_alpha(p) + links * s * f.near.beta + 2.0 * s * gamma);
 }
 
-double recursive_doubling_s(double n, int p, Link l, double gamma) {
+double recursive_doubling_s(double n, int p, const Fabric& f, double gamma) {
   if (p <= 1) return 0.0;
-  return floor_lg(p) * (l.alpha + n * l.beta + n * gamma) + fold_s(n, p, l, gamma);
+  const int lg = floor_lg(p);
+  return f.doubling_alpha(lg) + lg * n * (f.near.beta + gamma) + fold_s(n, p, f, gamma);
 }
 
-double rabenseifner_s(double n, int p, Link l, double gamma) {
+double rabenseifner_s(double n, int p, const Fabric& f, double gamma) {
   if (p <= 1) return 0.0;
   const int lg = floor_lg(p);
   const double q = static_cast<double>(1 << lg);
-  return 2.0 * lg * l.alpha + 2.0 * (q - 1) / q * n * l.beta + (q - 1) / q * n * gamma +
-         fold_s(n, p, l, gamma);
+  return 2.0 * f.doubling_alpha(lg) + 2.0 * (q - 1) / q * n * f.near.beta + (q - 1) / q * n * gamma +
+         fold_s(n, p, f, gamma);
 }
 
 // Reduce-scatter / all-gather of the whole n-byte vector (tuning.hpp gives the formulas).
-double ring_half_s(double n, int p, Link l, double gamma, double segment, bool reduce) {
+double ring_half_s(double n, int p, const Fabric& f, double gamma, double segment, bool reduce) {
   if (p <= 1) return 0.0;
   const double chunk = n / p;
   const double segments = std::max(1.0, std::ceil(chunk / segment));
-  return (p - 1) * segments * l.alpha + (p - 1) * chunk * l.beta + (reduce ? (p - 1) * chunk * gamma : 0.0);
+  return (p - 1) * segments * f.slowest_alpha(p) + (p - 1) * chunk * f.near.beta +
+         (reduce ? (p - 1) * chunk * gamma : 0.0);
 }
 
-double halving_doubling_s(double n, int p, Link l, double gamma, bool reduce) {
+double halving_doubling_s(double n, int p, const Fabric& f, double gamma, bool reduce) {
   if (p <= 1) return 0.0;
   const int lg = floor_lg(p);
   const double q = static_cast<double>(1 << lg);
-  double t = lg * l.alpha + (q - 1) / q * n * l.beta + (reduce ? (q - 1) / q * n * gamma : 0.0);
-  if (p != (1 << lg)) t += 2.0 * l.alpha + (n + n / p) * l.beta + (reduce ? n * gamma : 0.0);
+  double t = f.doubling_alpha(lg) + (q - 1) / q * n * f.near.beta + (reduce ? (q - 1) / q * n * gamma : 0.0);
+  if (p != (1 << lg)) t += 2.0 * f.alpha_at(1) + (n + n / p) * f.near.beta + (reduce ? n * gamma : 0.0);
   return t;
 }
 
@@ -95,6 +134,15 @@ double shm_half_s(double n, int k, double sync, double shm_beta, double gamma, d
   if (k <= 1) return 0.0;
   if (reduce) return std::max(1.0, std::ceil(n / segment)) * sync + n * shm_beta + (k - 1.0) / k * n * gamma;
   return std::max(1.0, std::ceil(n / (k * segment))) * sync + n * shm_beta;
+}
+
+/// The fabric of a flat algorithm over links `link`, switch groups of `ranks_per_switch`
+/// consecutive ranks (0: no far tier).
+Fabric fabric_of(const CostModel& m, Link link, std::size_t ranks_per_switch) {
+  const bool tiered = ranks_per_switch > 0 && m.alpha_far_s > 0.0;
+  const int group = tiered ? static_cast<int>(std::min<std::size_t>(ranks_per_switch, std::numeric_limits<int>::max()))
+                           : std::numeric_limits<int>::max();
+  return Fabric{link, tiered ? m.alpha_far_s : link.alpha, group};
 }
 
 }  // namespace
@@ -127,8 +175,10 @@ double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node
   const double gamma = model.gamma_s_per_byte * byte_scale;
   const double shm_beta = model.shm_beta_s_per_byte * byte_scale;
   const double beta_inter = model.beta_inter_s_per_byte * byte_scale;
-  const Link flat = nodes > 1 ? Link{model.alpha_inter_s, beta_inter}
-                              : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * byte_scale};
+  const Fabric flat = fabric_of(model,
+                                nodes > 1 ? Link{model.alpha_inter_s, beta_inter}
+                                          : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * byte_scale},
+                                static_cast<std::size_t>(k) * model.nodes_per_switch);
   const double ring_seg = static_cast<double>(ring_segment_bytes);
   const double tree_seg = static_cast<double>(tree_segment_bytes);
   const double binomial_max = static_cast<double>(tree_binomial_max_bytes);
@@ -144,7 +194,7 @@ double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node
     case Algorithm::hierarchical:
       if (nodes >= 2 && k > 1) {
         const double slice = n / k;
-        const Link inter{model.alpha_inter_s, beta_inter * k};
+        const Fabric inter = fabric_of(model, Link{model.alpha_inter_s, beta_inter * k}, model.nodes_per_switch);
         const double across = std::min({ring_s(slice, nodes, inter, gamma, ring_seg),
                                         tree_s(slice, nodes, inter, gamma, tree_seg, binomial_max),
                                         recursive_doubling_s(slice, nodes, inter, gamma),
@@ -176,8 +226,10 @@ double scatter_gather_s(const Tuning& tuning, Algorithm algo, std::size_t bytes,
                       static_cast<double>(tuning.shm_segment_bytes), reduce) +
            model.overhead_s[static_cast<std::size_t>(algo)];
   }
-  const Link link = several_nodes ? Link{model.alpha_inter_s, model.beta_inter_s_per_byte * scale}
-                                  : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * scale};
+  const Fabric link = fabric_of(model,
+                                several_nodes ? Link{model.alpha_inter_s, model.beta_inter_s_per_byte * scale}
+                                              : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * scale},
+                                static_cast<std::size_t>(k) * model.nodes_per_switch);
   const double gamma = model.gamma_s_per_byte * scale;
   const double t = algo == Algorithm::ring
                        ? ring_half_s(n, ranks, link, gamma, static_cast<double>(tuning.ring_segment_bytes), reduce)

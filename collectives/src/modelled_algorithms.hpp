@@ -20,4 +20,10 @@ inline constexpr Algorithm kModelled[] = {Algorithm::ring,         Algorithm::tr
 /// The bit of `a` in Tuning::auto_algorithms.
 constexpr std::uint32_t bit(Algorithm a) { return 1u << static_cast<unsigned>(a); }
 
+/// The double binary tree over p ranks (tree_allreduce.cpp): the most tree links (parent and
+/// children, both trees together) any one rank has. In the pipeline's steady state that rank
+/// moves one segment over each of them per step: 4 when every interior rank of one tree is a
+/// leaf of the other (p = 2^k - 1), 5 for most other p (one rank is interior in both).
+int double_tree_busiest_links(int p);
+
 }  // namespace hpctrain::coll::detail

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "algorithms.hpp"
+#include "modelled_algorithms.hpp"
 #include "hpctrain/base/error.hpp"
 #include "progress_wait.hpp"
 #include "reduce.hpp"
@@ -155,6 +156,24 @@ TreeNode tree_of(int which, int r, int p) {
   node.children = {to_rank(pos.children[0]), to_rank(pos.children[1])};
   return node;
 }
+
+}  // namespace
+
+int double_tree_busiest_links(int p) {
+  if (p <= 1) return 0;
+  int busiest = 0;
+  for (int r = 0; r < p; ++r) {
+    int links = 0;
+    for (int which = 0; which < 2; ++which) {
+      const TreeNode node = tree_of(which, r, p);
+      links += (node.parent >= 0) + node.child_count();
+    }
+    busiest = std::max(busiest, links);
+  }
+  return busiest;
+}
+
+namespace {
 
 /// The pipelined up/down schedule of one half along one tree, driven by poll() calls.
 class TreePipeline {

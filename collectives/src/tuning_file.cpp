@@ -36,6 +36,7 @@ constexpr ModelKey kModelKeys[] = {
     {"beta_intra_s_per_byte", &CostModel::beta_intra_s_per_byte},
     {"alpha_inter_s", &CostModel::alpha_inter_s},
     {"beta_inter_s_per_byte", &CostModel::beta_inter_s_per_byte},
+    {"alpha_far_s", &CostModel::alpha_far_s},
     {"gamma_s_per_byte", &CostModel::gamma_s_per_byte},
     {"shm_beta_s_per_byte", &CostModel::shm_beta_s_per_byte},
     {"shm_sync_s", &CostModel::shm_sync_s},
@@ -139,6 +140,8 @@ void read_model(const nlohmann::json& value, const FileReader& r, CostModel& m) 
       read_overhead(v, full, r, m);
     } else if (name == "calibration") {
       read_calibration(v, full, r, m);
+    } else if (name == "nodes_per_switch") {
+      m.nodes_per_switch = r.count(v, full, 0);
     } else {
       const auto* k = std::find_if(std::begin(kModelKeys), std::end(kModelKeys),
                                    [&n = name](const ModelKey& key) { return n == key.name; });  // clang < 16: no capture of a structured binding
@@ -200,6 +203,7 @@ std::string Tuning::to_json(const std::string& measured_json) const {
   j["schema_version"] = kSchemaVersion;
   nlohmann::ordered_json& m = j["model"];
   for (const ModelKey& k : kModelKeys) m[k.name] = model.*(k.field);
+  m["nodes_per_switch"] = model.nodes_per_switch;
   nlohmann::ordered_json overhead = nlohmann::ordered_json::object();
   for (Algorithm a : kModelled) overhead[std::string(to_string(a))] = model.overhead_s[static_cast<std::size_t>(a)];
   m["overhead_s"] = overhead;

@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/tuning.hpp"
@@ -127,8 +130,11 @@ TEST(CostModel, PredictionsFollowTheFormulas) {
   const double across_ring = 2 * 1 * seg * ai + 2 * 1 * (slice / 2) * (bi * k) + 1 * (slice / 2) * g;
   const double across_rd = 1 * (ai + slice * bi * k + slice * g);
   const double across_rab = 2 * ai + 2 * 0.5 * slice * bi * k + 0.5 * slice * g;
+  // Double binary tree over 2 nodes: depth 1, s = 256 KiB, m = 2 segments per tree, 2·1 + 2 - 1
+  // = 3 steps; each rank has one link in each tree (2 links, below 2m = 4).
   const double s_tree = std::min(256.0 * 1024, slice / 2);
-  const double across_tree = (1 + std::ceil(slice / (2 * s_tree)) - 1) * (4 * ai + 4 * s_tree * bi * k + 2 * s_tree * g);
+  const double m_tree = std::ceil(slice / (2 * s_tree));
+  const double across_tree = (2 + m_tree - 1) * (ai + 2 * s_tree * bi * k + 2 * s_tree * g);
   const double hier = node_phases + std::min({across_ring, across_rd, across_rab, across_tree});
   EXPECT_NEAR(t.predict_allreduce_s(Algorithm::hierarchical, 3 * kMiB, 8, 4), hier, 1e-12 * hier);
   // The choice is the smallest prediction.
@@ -137,6 +143,88 @@ TEST(CostModel, PredictionsFollowTheFormulas) {
                           Algorithm::hierarchical}) {
     EXPECT_LE(t.predict_allreduce_s(chosen, 3 * kMiB, 8, 4), t.predict_allreduce_s(other, 3 * kMiB, 8, 4));
   }
+}
+
+// The double binary tree's links per rank, counted here from its definition (tree_allreduce.cpp):
+// the in-order balanced binary tree over positions 0..p-1 (the root of [lo, hi) at the middle),
+// and the same tree over positions shifted by one rank. Returns the most links (parent and
+// children over both trees) of any rank, and the depth.
+std::pair<int, int> double_tree_shape(int p) {
+  std::vector<int> links(static_cast<std::size_t>(p), 0);
+  int depth = 0;
+  for (int shift = 0; shift < 2; ++shift) {
+    // (lo, hi, level) ranges still to split; the root of each has a parent unless level 0.
+    std::vector<std::array<int, 3>> todo = {{0, p, 0}};
+    while (!todo.empty()) {
+      const auto [lo, hi, level] = todo.back();
+      todo.pop_back();
+      const int mid = lo + (hi - lo) / 2;
+      const int rank = (mid - shift + p) % p;
+      links[static_cast<std::size_t>(rank)] += (level > 0) + (lo < mid) + (mid + 1 < hi);
+      depth = std::max(depth, level);
+      if (lo < mid) todo.push_back({lo, mid, level + 1});
+      if (mid + 1 < hi) todo.push_back({mid + 1, hi, level + 1});
+    }
+  }
+  return {*std::max_element(links.begin(), links.end()), depth};
+}
+
+// The pipelined double binary tree: S = 2d + m - 1 steps (each segment climbs and descends a
+// tree of depth d), each moving min(2m, L) segments through the busiest rank (L its links), and
+// the counts behind it: 4 links at p = 2^k - 1 (interior in one tree, leaf in the other), 5 at 16.
+TEST(CostModel, DoubleBinaryTreePipelineFollowsTheFormula) {
+  const double a = 3e-6, b = 2e-10, g = 3e-10;
+  const Tuning t = Tuning::from_file(write_file("dbt.json", model_file(a, b, a, b, g, 1e-10, 1e-6)));
+  EXPECT_EQ(double_tree_shape(15), std::make_pair(4, 3));
+  EXPECT_EQ(double_tree_shape(16), std::make_pair(5, 4));
+  for (int p : {3, 15, 16, 48}) {
+    const auto [links, depth] = double_tree_shape(p);
+    for (std::size_t bytes : {kMiB / 2 + 4, 2 * kMiB, 16 * kMiB}) {  // m = 2 (s = n/2 < 256 KiB: m = 1), 4, 32
+      const double n = static_cast<double>(bytes);
+      const double s = std::min(256.0 * 1024, n / 2);
+      const double m = std::ceil(n / (2 * s));
+      const double expect = (2 * depth + m - 1) * (a + std::min(2 * m, double(links)) * s * b + 2 * s * g);
+      EXPECT_NEAR(t.predict_allreduce_s(Algorithm::tree, bytes, p, p), expect, 1e-12 * expect) << p << " " << bytes;
+    }
+  }
+}
+
+// The far tier (alpha_far_s, nodes_per_switch): a message between ranks under different leaf
+// switches costs alpha_far_s. Recursive doubling and Rabenseifner pay it on their exchanges at
+// distance >= the switch group, the binomial tree on its levels that far, the ring and the
+// pipelined tree on every step (their slowest link paces them); without nodes_per_switch the
+// model is the one-tier one.
+TEST(CostModel, FarTierPricesTheStepsAcrossSwitches) {
+  const double a = 2e-6, b = 8e-11, af = 5e-6;
+  const std::string one_tier = model_file(a, b, a, b, 0.0, 1e-10, 1e-6);
+  std::string two_tier = one_tier;
+  two_tier.insert(two_tier.size() - 2, R"(, "alpha_far_s": )" + fmt(af) + R"(, "nodes_per_switch": 2)");
+  const Tuning flat = Tuning::from_file(write_file("flat.json", one_tier));
+  const Tuning far = Tuning::from_file(write_file("far.json", two_tier));
+  const double n = 4096;
+  // 16 ranks, one per node, 2 nodes per switch: distances 1 near, 2, 4, 8 far.
+  const double rd = (a + 3 * af) + 4 * n * b;
+  EXPECT_NEAR(far.predict_allreduce_s(Algorithm::recursive_doubling, 4096, 16, 1), rd, 1e-12 * rd);
+  const double rab = 2 * (a + 3 * af) + 2 * 15.0 / 16 * n * b;
+  EXPECT_NEAR(far.predict_allreduce_s(Algorithm::rabenseifner, 4096, 16, 1), rab, 1e-12 * rab);
+  // Binomial: reduce and broadcast over distances 1, 2, 4 and the exchange 0 <-> 8.
+  const double binomial = 2 * (a + 2 * af) + af + 7 * n * b;
+  EXPECT_NEAR(far.predict_allreduce_s(Algorithm::tree, 4096, 16, 1), binomial, 1e-12 * binomial);
+  const double ring = 2 * 15 * af + 2 * 15.0 / 16 * n * b;
+  EXPECT_NEAR(far.predict_allreduce_s(Algorithm::ring, 4096, 16, 1), ring, 1e-12 * ring);
+  // 2 ranks per node: the switch group is 4 ranks (distances 1, 2 near; 4, 8 far).
+  const double rd2 = (2 * a + 2 * af) + 4 * n * b;
+  EXPECT_NEAR(far.predict_allreduce_s(Algorithm::recursive_doubling, 4096, 16, 2), rd2, 1e-12 * rd2);
+  // All ranks under one switch, or no nodes_per_switch: the one-tier model.
+  for (Algorithm algo : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling, Algorithm::rabenseifner}) {
+    for (std::size_t bytes : {std::size_t{8}, kMiB, 16 * kMiB}) {
+      EXPECT_EQ(far.predict_allreduce_s(algo, bytes, 2, 1), flat.predict_allreduce_s(algo, bytes, 2, 1));
+      EXPECT_LT(flat.predict_allreduce_s(algo, bytes, 16, 1), far.predict_allreduce_s(algo, bytes, 16, 1));
+    }
+  }
+  // The reduce-scatter's halving pays it too.
+  const double hd_rs = (a + 3 * af) + 15.0 / 16 * n * b;
+  EXPECT_NEAR(far.predict_reduce_scatter_s(Algorithm::rabenseifner, 4096, 16, 1), hd_rs, 1e-12 * hd_rs);
 }
 
 // Reduce-scatter / all-gather (tuning.hpp's formulas, recomputed here): ring vs recursive
@@ -308,6 +396,8 @@ TEST(TuningFile, RoundTrip) {
   t.model.alpha_intra_s = 1.25e-6;
   t.model.beta_inter_s_per_byte = 3.5e-10;
   t.model.overhead_s[static_cast<std::size_t>(Algorithm::shm)] = 4e-6;
+  t.model.alpha_far_s = 4.5e-6;
+  t.model.nodes_per_switch = 32;
   t.ring_window = 7;
   t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,shm", "test");
   const std::string path = write_file("round.json", "");
@@ -316,6 +406,8 @@ TEST(TuningFile, RoundTrip) {
   EXPECT_EQ(r.model.alpha_intra_s, t.model.alpha_intra_s);
   EXPECT_EQ(r.model.beta_inter_s_per_byte, t.model.beta_inter_s_per_byte);
   EXPECT_EQ(r.model.overhead_s[static_cast<std::size_t>(Algorithm::shm)], 4e-6);
+  EXPECT_EQ(r.model.alpha_far_s, 4.5e-6);
+  EXPECT_EQ(r.model.nodes_per_switch, 32u);
   EXPECT_EQ(r.ring_window, 7u);
   EXPECT_EQ(r.auto_algorithms, t.auto_algorithms);
   for (std::size_t bytes : {std::size_t{8}, kMiB, 64 * kMiB}) {
@@ -333,6 +425,11 @@ TEST(TuningFile, MalformedFilesNameFileAndKey) {
   expect_error(write_file("negative.json", R"({"schema_version": 1, "model": {"gamma_s_per_byte": -1}})"),
                "model.gamma_s_per_byte");
   expect_error(write_file("string.json", R"({"schema_version": 1, "model": {"shm_sync_s": "fast"}})"), "model.shm_sync_s");
+  expect_error(write_file("switch.json", R"({"schema_version": 1, "model": {"nodes_per_switch": 1.5}})"),
+               "model.nodes_per_switch");
+  expect_error(write_file("switch2.json", R"({"schema_version": 1, "model": {"nodes_per_switch": -2}})"),
+               "model.nodes_per_switch");
+  expect_error(write_file("far.json", R"({"schema_version": 1, "model": {"alpha_far_s": -1e-6}})"), "model.alpha_far_s");
   expect_error(write_file("knob.json", R"({"schema_version": 1, "knobs": {"ring_segment_bytes": 16}})"),
                "knobs.ring_segment_bytes");
   expect_error(write_file("knobname.json", R"({"schema_version": 1, "knobs": {"ring_segments": 16}})"), "knobs.ring_segments");

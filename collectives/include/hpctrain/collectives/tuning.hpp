@@ -116,6 +116,16 @@ struct CostModel {
   double alpha_inter_s = 2e-6;
   /// Inter-node: seconds per byte moved.
   double beta_inter_s_per_byte = 1e-10;
+  /// Across leaf switches: seconds per message between ranks whose nodes hang off different
+  /// switches (the fabric's far tier: a fat-tree's spine hops). 0 (the default): one tier,
+  /// alpha_inter_s between any two nodes. Used only with nodes_per_switch.
+  double alpha_far_s = 0.0;
+  /// Nodes under one leaf switch, in rank order (ranks r and r' share a switch when
+  /// r / (k·nodes_per_switch) = r' / (k·nodes_per_switch), k ranks per node). 0 (the default):
+  /// unknown, every node under one switch. `hpctrain tune-collectives` does not measure it; set
+  /// it, with alpha_far_s, in the tuning file from the fabric's layout (scripts/simulate-collectives
+  /// does, from the simulated platform).
+  std::size_t nodes_per_switch = 0;
   /// Seconds per byte reduced (one reduce_into of float32 sums, all ranks reducing at once).
   double gamma_s_per_byte = 2e-10;
   /// Shared memory: seconds per byte copied with every rank of the node copying at once.
