@@ -208,6 +208,47 @@ class MpiTransport final : public Transport {
     HPCTRAIN_CHECK_MPI(MPI_Waitany(static_cast<int>(handles.size()), handles.data(), &index, MPI_STATUS_IGNORE));
     if (index != MPI_UNDEFINED) requests_[static_cast<std::size_t>(slots[static_cast<std::size_t>(index)])] = MPI_REQUEST_NULL;
   }
+
+  /// detail::complete_all: MPI_Waitall over the not-done requests among reqs; all are then done.
+  void complete_all(Request* reqs, std::size_t n) {
+    std::vector<MPI_Request> handles;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!reqs[i].done()) handles.push_back(requests_[static_cast<std::size_t>(reqs[i].slot)]);
+    }
+    if (handles.empty()) return;
+    HPCTRAIN_CHECK_MPI(MPI_Waitall(static_cast<int>(handles.size()), handles.data(), MPI_STATUSES_IGNORE));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!reqs[i].done()) retire(reqs[i]);
+    }
+  }
+
+  /// detail::complete_any: MPI_Waitany over the not-done requests among reqs (at least one);
+  /// the completed one is done, its index returned.
+  std::size_t complete_any(Request* reqs, std::size_t n) {
+    std::vector<MPI_Request> handles;
+    std::vector<std::size_t> index_of;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (reqs[i].done()) continue;
+      handles.push_back(requests_[static_cast<std::size_t>(reqs[i].slot)]);
+      index_of.push_back(i);
+    }
+    int index = MPI_UNDEFINED;
+    HPCTRAIN_CHECK_MPI(MPI_Waitany(static_cast<int>(handles.size()), handles.data(), &index, MPI_STATUS_IGNORE));
+    HPCTRAIN_REQUIRE(index != MPI_UNDEFINED, "wait_any: no pending request");
+    const std::size_t i = index_of[static_cast<std::size_t>(index)];
+    retire(reqs[i]);
+    return i;
+  }
+
+ private:
+  /// A request MPI completed (its handle is MPI_REQUEST_NULL now): free its slot, mark it done.
+  void retire(Request& r) {
+    requests_[static_cast<std::size_t>(r.slot)] = MPI_REQUEST_NULL;
+    free_.push_back(r.slot);
+    r.slot = -1;
+  }
+
+ public:
 #endif
 
   std::unique_ptr<Transport> split(int color, int key) override {
@@ -325,6 +366,20 @@ namespace detail {
 void block_until_any(Transport& t, Request* reqs, std::size_t n) {
   auto* m = dynamic_cast<MpiTransport*>(&t);
   if (m != nullptr) m->block_until_any(reqs, n);
+}
+
+bool complete_all(Transport& t, Request* reqs, std::size_t n) {
+  auto* m = dynamic_cast<MpiTransport*>(&t);
+  if (m == nullptr) return false;
+  m->complete_all(reqs, n);
+  return true;
+}
+
+bool complete_any(Transport& t, Request* reqs, std::size_t n, std::size_t& index) {
+  auto* m = dynamic_cast<MpiTransport*>(&t);
+  if (m == nullptr) return false;
+  index = m->complete_any(reqs, n);
+  return true;
 }
 
 }  // namespace detail

@@ -56,6 +56,7 @@ std::string WaitPolicy::description() const {
 }
 
 void wait_all(Transport& t, Request* reqs, std::size_t n, const WaitPolicy& policy) {
+  if (detail::complete_all(t, reqs, n)) return;
   detail::SpinWait spin(policy);
   for (;;) {
     bool all = true;
@@ -73,6 +74,7 @@ std::size_t wait_any(Transport& t, Request* reqs, std::size_t n, const WaitPolic
   bool any_pending = false;
   for (std::size_t i = 0; i < n; ++i) any_pending = any_pending || !reqs[i].done();
   HPCTRAIN_REQUIRE(any_pending, "wait_any: no pending request");
+  if (std::size_t index = 0; detail::complete_any(t, reqs, n, index)) return index;
   for (;;) {
     for (std::size_t i = 0; i < n; ++i) {
       if (!reqs[i].done() && t.test(reqs[i])) return i;

@@ -96,12 +96,15 @@ void binomial_allreduce(CollContext& ctx, const std::byte* in, std::byte* data, 
     Request req = t.irecv(data, bytes, r - low, bcast_tag);
     wait_all(t, &req, 1, ctx.policy);
   }
-  std::array<Request, 32> sends;
-  std::size_t n = 0;
+  // One child at a time, the largest subtree first (as MPICH's binomial broadcast): sends
+  // posted together share this rank's link, so the first child (whose subtree is deepest) got
+  // the vector only after all of them; that added (lg p - 1)·lg p / 2 · nβ to the critical path
+  // (SimGrid SMPI, 32 KiB: 1.24x the model at 16 ranks, 1.52x at 64).
   for (int m = low >> 1; m > 0; m >>= 1) {
-    if (r + m < p) sends[n++] = t.isend(data, bytes, r + m, bcast_tag);
+    if (r + m >= p) continue;
+    Request send = t.isend(data, bytes, r + m, bcast_tag);
+    wait_all(t, &send, 1, ctx.policy);
   }
-  wait_all(t, sends.data(), n, ctx.policy);
 }
 
 void binomial_broadcast_tagged(CollContext& ctx, void* buf, std::size_t bytes, int root, Tag tag) {
@@ -117,12 +120,11 @@ void binomial_broadcast_tagged(CollContext& ctx, void* buf, std::size_t bytes, i
     }
     mask <<= 1;
   }
-  std::array<Request, 32> sends;
-  std::size_t n = 0;
-  for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < p) sends[n++] = t.isend(buf, bytes, (vr + mask + root) % p, tag);
+  for (mask >>= 1; mask > 0; mask >>= 1) {  // one child at a time, largest subtree first (above)
+    if (vr + mask >= p) continue;
+    Request send = t.isend(buf, bytes, (vr + mask + root) % p, tag);
+    wait_all(t, &send, 1, ctx.policy);
   }
-  wait_all(t, sends.data(), n, ctx.policy);
 }
 
 // ---- double binary tree -----------------------------------------------------------------
