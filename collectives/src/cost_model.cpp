@@ -63,14 +63,17 @@ double ring_s(double n, int p, const Fabric& f, double gamma, double segment) {
   return 2.0 * (p - 1) * segments * f.slowest_alpha(p) + 2.0 * (p - 1) * chunk * f.near.beta + (p - 1) * chunk * gamma;
 }
 
-double tree_s(double n, int p, const Fabric& f, double gamma, double segment, double binomial_max) {
+double tree_s(double n, int p, const Fabric& f, double gamma, double segment, double binomial_max, double eager) {
   if (p <= 1) return 0.0;
   if (n <= binomial_max) {
     // Binomial: the reduce inside [0, top) and [top, p) (distances 1 .. top/2), one exchange
-    // 0 <-> top, the broadcast back down (tree_allreduce.cpp): 2⌈lg p⌉ - 1 steps.
+    // 0 <-> top, the broadcast back down (tree_allreduce.cpp): 2⌈lg p⌉ - 1 steps. An eager
+    // broadcast's sends share the sender's link: its level i (of D) carries D - i + 1 messages.
     const int depth = ceil_lg(p);
     const int top = 1 << (depth - 1);
-    return 2.0 * f.doubling_alpha(depth - 1) + f.alpha_at(top) + (2.0 * depth - 1.0) * n * f.near.beta +
+    const double levels = depth - 1;
+    const double bcast_messages = n < eager ? levels * (levels + 1) / 2 : levels;
+    return 2.0 * f.doubling_alpha(depth - 1) + f.alpha_at(top) + (levels + 1 + bcast_messages) * n * f.near.beta +
            depth * n * gamma;
   }
   // Double binary tree: each half climbs its tree (depth d = ⌊lg p⌋) and descends it again in
@@ -182,10 +185,11 @@ double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node
   const double ring_seg = static_cast<double>(ring_segment_bytes);
   const double tree_seg = static_cast<double>(tree_segment_bytes);
   const double binomial_max = static_cast<double>(tree_binomial_max_bytes);
+  const double eager = static_cast<double>(model.eager_bytes);
   double t = kNever;
   switch (algo) {
     case Algorithm::ring: t = ring_s(n, ranks, flat, gamma, ring_seg); break;
-    case Algorithm::tree: t = tree_s(n, ranks, flat, gamma, tree_seg, binomial_max); break;
+    case Algorithm::tree: t = tree_s(n, ranks, flat, gamma, tree_seg, binomial_max, eager); break;
     case Algorithm::recursive_doubling: t = recursive_doubling_s(n, ranks, flat, gamma); break;
     case Algorithm::rabenseifner: t = rabenseifner_s(n, ranks, flat, gamma); break;
     case Algorithm::shm:
@@ -196,7 +200,7 @@ double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node
         const double slice = n / k;
         const Fabric inter = fabric_of(model, Link{model.alpha_inter_s, beta_inter * k}, model.nodes_per_switch);
         const double across = std::min({ring_s(slice, nodes, inter, gamma, ring_seg),
-                                        tree_s(slice, nodes, inter, gamma, tree_seg, binomial_max),
+                                        tree_s(slice, nodes, inter, gamma, tree_seg, binomial_max, eager),
                                         recursive_doubling_s(slice, nodes, inter, gamma),
                                         rabenseifner_s(slice, nodes, inter, gamma)});
         t = 2.0 * model.shm_sync_s + 2.0 * n * shm_beta + (k - 1.0) / k * n * gamma + across;

@@ -142,6 +142,8 @@ void read_model(const nlohmann::json& value, const FileReader& r, CostModel& m) 
       read_calibration(v, full, r, m);
     } else if (name == "nodes_per_switch") {
       m.nodes_per_switch = r.count(v, full, 0);
+    } else if (name == "eager_bytes") {
+      m.eager_bytes = r.count(v, full, 0);
     } else {
       const auto* k = std::find_if(std::begin(kModelKeys), std::end(kModelKeys),
                                    [&n = name](const ModelKey& key) { return n == key.name; });  // clang < 16: no capture of a structured binding
@@ -204,6 +206,7 @@ std::string Tuning::to_json(const std::string& measured_json) const {
   nlohmann::ordered_json& m = j["model"];
   for (const ModelKey& k : kModelKeys) m[k.name] = model.*(k.field);
   m["nodes_per_switch"] = model.nodes_per_switch;
+  m["eager_bytes"] = model.eager_bytes;
   nlohmann::ordered_json overhead = nlohmann::ordered_json::object();
   for (Algorithm a : kModelled) overhead[std::string(to_string(a))] = model.overhead_s[static_cast<std::size_t>(a)];
   m["overhead_s"] = overhead;

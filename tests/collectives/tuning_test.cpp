@@ -117,11 +117,17 @@ TEST(CostModel, PredictionsFollowTheFormulas) {
   // Rabenseifner, 6 ranks on 6 nodes: inter-node links, p' = 4 plus the fold of 2 extra ranks.
   const double rab = 2 * 2 * ai + 2 * 3.0 / 4 * n * bi + 3.0 / 4 * n * g + 2 * (ai + n * bi) + n * g;
   EXPECT_NEAR(t.predict_allreduce_s(Algorithm::rabenseifner, 3 * kMiB, 6, 1), rab, 1e-12 * rab);
-  // Binomial tree at 4 KiB over 5 ranks: 2⌈lg 5⌉ - 1 = 5 message steps of n (the root's last
-  // receive and first send are one exchange), 3 reductions.
+  // Binomial tree at 4 KiB over 5 ranks: 2⌈lg 5⌉ - 1 = 5 message steps (the root's last
+  // receive and first send are one exchange), 3 reductions. 4 KiB is below eager_bytes, so the
+  // broadcast's two levels carry 2 + 1 messages through their senders' links: 2 + 1 + 3 = 6 nβ.
   const double m = 4096;
-  const double tree = 5 * (a + m * b) + 3 * m * g;
+  const double tree = 5 * a + 6 * m * b + 3 * m * g;
   EXPECT_NEAR(t.predict_allreduce_s(Algorithm::tree, 4096, 5, 5), tree, 1e-12 * tree);
+  // With eager_bytes 0 (every send waits for its receiver) the 5 steps move n each.
+  Tuning waiting = t;
+  waiting.model.eager_bytes = 0;
+  const double tree_waiting = 5 * (a + m * b) + 3 * m * g;
+  EXPECT_NEAR(waiting.predict_allreduce_s(Algorithm::tree, 4096, 5, 5), tree_waiting, 1e-12 * tree_waiting);
   // Hierarchical, 8 ranks as 2 nodes of 4: node phases + the best flat algorithm for n/4 over 2
   // nodes with β·4 (2 ranks: every flat algorithm's candidates computed here).
   const double slice = n / 4, k = 4;
@@ -207,8 +213,9 @@ TEST(CostModel, FarTierPricesTheStepsAcrossSwitches) {
   EXPECT_NEAR(far.predict_allreduce_s(Algorithm::recursive_doubling, 4096, 16, 1), rd, 1e-12 * rd);
   const double rab = 2 * (a + 3 * af) + 2 * 15.0 / 16 * n * b;
   EXPECT_NEAR(far.predict_allreduce_s(Algorithm::rabenseifner, 4096, 16, 1), rab, 1e-12 * rab);
-  // Binomial: reduce and broadcast over distances 1, 2, 4 and the exchange 0 <-> 8.
-  const double binomial = 2 * (a + 2 * af) + af + 7 * n * b;
+  // Binomial: reduce and broadcast over distances 1, 2, 4 and the exchange 0 <-> 8; eager, so
+  // the broadcast's 3 levels carry 3 + 2 + 1 messages: 3 + 1 + 6 = 10 nβ.
+  const double binomial = 2 * (a + 2 * af) + af + 10 * n * b;
   EXPECT_NEAR(far.predict_allreduce_s(Algorithm::tree, 4096, 16, 1), binomial, 1e-12 * binomial);
   const double ring = 2 * 15 * af + 2 * 15.0 / 16 * n * b;
   EXPECT_NEAR(far.predict_allreduce_s(Algorithm::ring, 4096, 16, 1), ring, 1e-12 * ring);
@@ -398,6 +405,7 @@ TEST(TuningFile, RoundTrip) {
   t.model.overhead_s[static_cast<std::size_t>(Algorithm::shm)] = 4e-6;
   t.model.alpha_far_s = 4.5e-6;
   t.model.nodes_per_switch = 32;
+  t.model.eager_bytes = 12288;
   t.ring_window = 7;
   t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,shm", "test");
   const std::string path = write_file("round.json", "");
@@ -408,6 +416,7 @@ TEST(TuningFile, RoundTrip) {
   EXPECT_EQ(r.model.overhead_s[static_cast<std::size_t>(Algorithm::shm)], 4e-6);
   EXPECT_EQ(r.model.alpha_far_s, 4.5e-6);
   EXPECT_EQ(r.model.nodes_per_switch, 32u);
+  EXPECT_EQ(r.model.eager_bytes, 12288u);
   EXPECT_EQ(r.ring_window, 7u);
   EXPECT_EQ(r.auto_algorithms, t.auto_algorithms);
   for (std::size_t bytes : {std::size_t{8}, kMiB, 64 * kMiB}) {

@@ -49,7 +49,9 @@
 /// - ring (Patarasuk–Yuan; reduce-scatter + all-gather, each chunk n/p cut into m =
 ///   ceil(n/(p·ring_segment_bytes)) segments): 2(p-1)·m·α + 2(p-1)/p·nβ + (p-1)/p·nγ.
 /// - tree, n <= tree_binomial_max_bytes (binomial reduce + broadcast, the reduce's last step and
-///   the broadcast's first fused into one exchange): (2⌈lg p⌉ - 1)(α + nβ) + ⌈lg p⌉·nγ.
+///   the broadcast's first fused into one exchange): (2⌈lg p⌉ - 1)(α + nβ) + ⌈lg p⌉·nγ; with
+///   n < eager_bytes the broadcast's sends of a rank leave together and share its link, so its
+///   D = ⌈lg p⌉ - 1 levels move D(D+1)/2·nβ instead of D·nβ.
 ///   tree, larger (double binary tree, Sanders–Speck–Träff; each half of the vector pipelined
 ///   up and back down its own tree of depth d = floor(lg p) in segments s = min(tree_segment_bytes,
 ///   n/2), m = ceil(n/2s): S = 2d + m - 1 pipeline steps; per step the busiest rank moves a
@@ -135,6 +137,11 @@ struct CostModel {
   /// it, with alpha_far_s, in the tuning file from the fabric's layout (scripts/simulate-collectives
   /// does, from the simulated platform).
   std::size_t nodes_per_switch = 0;
+  /// Messages shorter than this go out eagerly: a send completes at once, so sends a rank posts
+  /// one after another still share its link on the wire. The binomial tree's broadcast (a rank
+  /// sends to its ⌈lg⌉ children in turn) pays for it. 65536 is Open MPI's TCP eager limit and
+  /// SimGrid SMPI's (smpi/send-is-detached-thresh); 0: every message waits for its receiver.
+  std::size_t eager_bytes = 65536;
   /// Seconds per byte reduced (one reduce_into of float32 sums, all ranks reducing at once).
   double gamma_s_per_byte = 2e-10;
   /// Shared memory: seconds per byte copied with every rank of the node copying at once.
