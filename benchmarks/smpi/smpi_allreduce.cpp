@@ -30,7 +30,10 @@
 //   --nodes-per-switch=N  with --fit-model: hosts under one leaf switch (the platform's layout;
 //                 one rank per host). The fit then also measures the far tier: alpha_far_s = the
 //                 mean 8 B time from rank 0 to the first and last rank of each other switch group
-//                 (up to 8 groups), and writes it with nodes_per_switch into FILE.
+//                 (up to 8 groups), and far_beta_scale = the time for every rank of group 0
+//                 to exchange 4 MiB with its counterpart in group 1 at once over the time for
+//                 one such pair alone (at least 1; 1 when P < 2N), and writes them with
+//                 nodes_per_switch into FILE.
 //   --predict=P,..  instead of all-reduces: print the cost model's prediction (the tuning of
 //                 HPCTRAIN_TUNING_FILE) for each rank count, size and algorithm, one rank per
 //                 node, without simulating (`prediction ...` lines; run it with -np 1).
@@ -52,6 +55,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -273,6 +277,34 @@ double pingpong_s(Communicator& comm, int peer, std::size_t bytes, int reps) {
   return best;
 }
 
+/// Seconds for the ranks r < `pairs` to exchange `bytes` with r + group at the same time (each
+/// sends and receives), the slowest of them, best of 3 after one untimed exchange. Ranks outside
+/// the pairs wait.
+double group_exchange_s(Communicator& comm, int group, int pairs, std::size_t bytes) {
+  std::vector<std::byte> out(bytes), in(bytes);
+  auto& t = comm.transport();
+  hpctrain::coll::WaitPolicy policy;
+  policy.what = "group exchange";
+  const int r = comm.rank();
+  const bool mine = r < pairs || (r >= group && r < group + pairs);
+  const int peer = r < group ? r + group : r - group;
+  double best = std::numeric_limits<double>::infinity();
+  for (int rep = 0; rep <= 3; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double mine_s = 0.0;
+    if (mine) {
+      const double t0 = MPI_Wtime();
+      std::array<hpctrain::coll::Request, 2> reqs = {t.irecv(in.data(), bytes, peer, 8), t.isend(out.data(), bytes, peer, 8)};
+      hpctrain::coll::wait_all(t, reqs.data(), reqs.size(), policy);
+      mine_s = MPI_Wtime() - t0;
+    }
+    double slowest = 0.0;
+    MPI_Allreduce(&mine_s, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rep > 0) best = std::min(best, slowest);
+  }
+  return best;
+}
+
 /// --fit-model: α and β from the ping-pong (see the file comment), written as a tuning file.
 int fit_model(Communicator& comm, const std::string& file, std::size_t nodes_per_switch) {
   HPCTRAIN_REQUIRE(comm.size() >= 2, "--fit-model needs at least 2 ranks");
@@ -297,6 +329,14 @@ int fit_model(Communicator& comm, const std::string& file, std::size_t nodes_per
     }
     far_mean /= far_pairs;
   }
+  // The far tier's shared links: every rank of switch group 0 exchanging 4 MiB with its
+  // counterpart in group 1 at once, against one such pair alone.
+  double far_share = 1.0;
+  if (group > 0 && 2 * group <= comm.size()) {
+    constexpr std::size_t kShareBytes = std::size_t{4} << 20;
+    far_share = std::max(1.0, group_exchange_s(comm, group, group, kShareBytes) /
+                                  group_exchange_s(comm, group, 1, kShareBytes));
+  }
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : points) {
     if (x < 32768) continue;
@@ -310,14 +350,15 @@ int fit_model(Communicator& comm, const std::string& file, std::size_t nodes_per
   t.model.gamma_s_per_byte = 0.0;
   t.model.nodes_per_switch = nodes_per_switch;
   t.model.alpha_far_s = far_mean;
+  t.model.far_beta_scale = far_share;
   std::string pts;
   for (const auto& [x, y] : points) pts += (pts.empty() ? "" : ",") + std::to_string(static_cast<long>(x)) + ":" + std::to_string(y);
   if (comm.rank() == 0) {
     t.save(file, "{\"source\": \"smpi_allreduce --fit-model: ping-pong 0<->1 under SMPI, gamma 0 "
                  "(simulate-computation:no)\"}");
-    std::printf("fit alpha_s=%.6e beta_s_per_byte=%.6e far_alpha_s=%.6e alpha_far_s=%.6e nodes_per_switch=%zu "
-                "far_pairs=%d points=%s file=%s\n",
-                alpha, beta, far_alpha, far_mean, nodes_per_switch, far_pairs, pts.c_str(), file.c_str());
+    std::printf("fit alpha_s=%.6e beta_s_per_byte=%.6e far_alpha_s=%.6e alpha_far_s=%.6e far_beta_scale=%.3f "
+                "nodes_per_switch=%zu far_pairs=%d points=%s file=%s\n",
+                alpha, beta, far_alpha, far_mean, far_share, nodes_per_switch, far_pairs, pts.c_str(), file.c_str());
   }
   return 0;
 }

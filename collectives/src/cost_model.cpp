@@ -35,13 +35,25 @@ struct Fabric {
   Link near;
   double far_alpha;
   int group;
+  /// β of the far steps of an exchange every rank does at once (their flows share the links
+  /// between two switches).
+  double far_beta;
   /// α of a message between ranks `distance` apart (power-of-two distances, groups aligned).
   double alpha_at(int distance) const { return distance >= group ? far_alpha : near.alpha; }
+  /// β of an all-ranks exchange step at `distance`.
+  double beta_at(int distance) const { return distance >= group ? far_beta : near.beta; }
   /// Σ α over the exchanges at distances 1, 2, 4, .., 2^(lg - 1).
   double doubling_alpha(int lg) const {
     double a = 0.0;
     for (int j = 0; j < lg; ++j) a += alpha_at(1 << j);
     return a;
+  }
+  /// Σ bytes·β over the same exchanges, moving bytes(d) at distance d.
+  template <class Bytes>
+  double doubling_bytes(int lg, Bytes bytes) const {
+    double t = 0.0;
+    for (int j = 0; j < lg; ++j) t += bytes(static_cast<double>(1 << j)) * beta_at(1 << j);
+    return t;
   }
   /// α of a step of a pipeline that every link carries (the ring, the double binary tree): the
   /// slowest link paces it, the far one once the ranks span groups. (Measured under SMPI, 64
@@ -92,15 +104,18 @@ double tree_s(double n, int p, const Fabric& f, double gamma, double segment, do
 double recursive_doubling_s(double n, int p, const Fabric& f, double gamma) {
   if (p <= 1) return 0.0;
   const int lg = floor_lg(p);
-  return f.doubling_alpha(lg) + lg * n * (f.near.beta + gamma) + fold_s(n, p, f, gamma);
+  return f.doubling_alpha(lg) + f.doubling_bytes(lg, [n](double) { return n; }) + lg * n * gamma +
+         fold_s(n, p, f, gamma);
 }
 
 double rabenseifner_s(double n, int p, const Fabric& f, double gamma) {
   if (p <= 1) return 0.0;
   const int lg = floor_lg(p);
   const double q = static_cast<double>(1 << lg);
-  return 2.0 * f.doubling_alpha(lg) + 2.0 * (q - 1) / q * n * f.near.beta + (q - 1) / q * n * gamma +
-         fold_s(n, p, f, gamma);
+  // Halving then doubling: n/2d at distance d, the largest pieces to the nearest rank
+  // (rabenseifner_allreduce.cpp); Σ n/2d = (q-1)/q·n.
+  return 2.0 * f.doubling_alpha(lg) + 2.0 * f.doubling_bytes(lg, [n](double d) { return n / (2 * d); }) +
+         (q - 1) / q * n * gamma + fold_s(n, p, f, gamma);
 }
 
 // Reduce-scatter / all-gather of the whole n-byte vector (tuning.hpp gives the formulas).
@@ -116,7 +131,9 @@ double halving_doubling_s(double n, int p, const Fabric& f, double gamma, bool r
   if (p <= 1) return 0.0;
   const int lg = floor_lg(p);
   const double q = static_cast<double>(1 << lg);
-  double t = f.doubling_alpha(lg) + (q - 1) / q * n * f.near.beta + (reduce ? (q - 1) / q * n * gamma : 0.0);
+  // n·d/q at distance d: the largest pieces to the farthest rank (recursive_halving.cpp).
+  double t = f.doubling_alpha(lg) + f.doubling_bytes(lg, [n, q](double d) { return n * d / q; }) +
+             (reduce ? (q - 1) / q * n * gamma : 0.0);
   if (p != (1 << lg)) t += 2.0 * f.alpha_at(1) + (n + n / p) * f.near.beta + (reduce ? n * gamma : 0.0);
   return t;
 }
@@ -145,7 +162,7 @@ Fabric fabric_of(const CostModel& m, Link link, std::size_t ranks_per_switch) {
   const bool tiered = ranks_per_switch > 0 && m.alpha_far_s > 0.0;
   const int group = tiered ? static_cast<int>(std::min<std::size_t>(ranks_per_switch, std::numeric_limits<int>::max()))
                            : std::numeric_limits<int>::max();
-  return Fabric{link, tiered ? m.alpha_far_s : link.alpha, group};
+  return Fabric{link, tiered ? m.alpha_far_s : link.alpha, group, tiered ? link.beta * m.far_beta_scale : link.beta};
 }
 
 }  // namespace

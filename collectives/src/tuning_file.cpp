@@ -37,6 +37,7 @@ constexpr ModelKey kModelKeys[] = {
     {"alpha_inter_s", &CostModel::alpha_inter_s},
     {"beta_inter_s_per_byte", &CostModel::beta_inter_s_per_byte},
     {"alpha_far_s", &CostModel::alpha_far_s},
+    {"far_beta_scale", &CostModel::far_beta_scale},
     {"gamma_s_per_byte", &CostModel::gamma_s_per_byte},
     {"shm_beta_s_per_byte", &CostModel::shm_beta_s_per_byte},
     {"shm_sync_s", &CostModel::shm_sync_s},

@@ -205,6 +205,9 @@ TEST(CostModel, FarTierPricesTheStepsAcrossSwitches) {
   const std::string one_tier = model_file(a, b, a, b, 0.0, 1e-10, 1e-6);
   std::string two_tier = one_tier;
   two_tier.insert(two_tier.size() - 2, R"(, "alpha_far_s": )" + fmt(af) + R"(, "nodes_per_switch": 2)");
+  std::string shared = two_tier;  // the far links shared by 4 flows
+  shared.insert(shared.size() - 2, R"(, "far_beta_scale": 4)");
+  const Tuning contended = Tuning::from_file(write_file("shared.json", shared));
   const Tuning flat = Tuning::from_file(write_file("flat.json", one_tier));
   const Tuning far = Tuning::from_file(write_file("far.json", two_tier));
   const double n = 4096;
@@ -232,6 +235,19 @@ TEST(CostModel, FarTierPricesTheStepsAcrossSwitches) {
   // The reduce-scatter's halving pays it too.
   const double hd_rs = (a + 3 * af) + 15.0 / 16 * n * b;
   EXPECT_NEAR(far.predict_reduce_scatter_s(Algorithm::rabenseifner, 4096, 16, 1), hd_rs, 1e-12 * hd_rs);
+  // far_beta_scale 4: the far steps' bytes of the all-ranks exchanges move at 4β. Recursive
+  // doubling moves n at each of distances 2, 4, 8; Rabenseifner's all-reduce n/2d at distance d
+  // (n/4, n/8, n/16 far); the halving reduce-scatter n·d/16 (n/8, n/4, n/2 far). The ring and
+  // the binomial tree are unchanged.
+  const double rd4 = (a + 3 * af) + n * b + 3 * n * 4 * b;
+  EXPECT_NEAR(contended.predict_allreduce_s(Algorithm::recursive_doubling, 4096, 16, 1), rd4, 1e-12 * rd4);
+  const double rab4 = 2 * ((a + 3 * af) + n / 2 * b + (n / 4 + n / 8 + n / 16) * 4 * b);
+  EXPECT_NEAR(contended.predict_allreduce_s(Algorithm::rabenseifner, 4096, 16, 1), rab4, 1e-12 * rab4);
+  const double hd4 = (a + 3 * af) + n / 16 * b + (n / 8 + n / 4 + n / 2) * 4 * b;
+  EXPECT_NEAR(contended.predict_reduce_scatter_s(Algorithm::rabenseifner, 4096, 16, 1), hd4, 1e-12 * hd4);
+  for (Algorithm algo : {Algorithm::ring, Algorithm::tree}) {
+    EXPECT_EQ(contended.predict_allreduce_s(algo, 4096, 16, 1), far.predict_allreduce_s(algo, 4096, 16, 1));
+  }
 }
 
 // Reduce-scatter / all-gather (tuning.hpp's formulas, recomputed here): ring vs recursive
@@ -406,6 +422,7 @@ TEST(TuningFile, RoundTrip) {
   t.model.alpha_far_s = 4.5e-6;
   t.model.nodes_per_switch = 32;
   t.model.eager_bytes = 12288;
+  t.model.far_beta_scale = 3.5;
   t.ring_window = 7;
   t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,shm", "test");
   const std::string path = write_file("round.json", "");
@@ -417,6 +434,7 @@ TEST(TuningFile, RoundTrip) {
   EXPECT_EQ(r.model.alpha_far_s, 4.5e-6);
   EXPECT_EQ(r.model.nodes_per_switch, 32u);
   EXPECT_EQ(r.model.eager_bytes, 12288u);
+  EXPECT_EQ(r.model.far_beta_scale, 3.5);
   EXPECT_EQ(r.ring_window, 7u);
   EXPECT_EQ(r.auto_algorithms, t.auto_algorithms);
   for (std::size_t bytes : {std::size_t{8}, kMiB, 64 * kMiB}) {

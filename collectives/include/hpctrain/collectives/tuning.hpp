@@ -41,8 +41,13 @@
 /// different switches costs α_far instead: recursive doubling / Rabenseifner (and the
 /// reduce-scatter's halving) pay it on each exchange at distance 2^j >= g, the binomial tree on
 /// its levels that far, the ring and the pipelined tree on every step once p > g (a pipeline
-/// runs at its slowest link); the fold's pairs are neighbours. In the formulas below "lg p·α"
-/// stands for that sum over the steps. lg is log2; p' = 2^floor(lg p); "fold" = the non-power-of-two extra steps
+/// runs at its slowest link); the fold's pairs are neighbours. The bytes of those far exchanges
+/// of recursive doubling and the halving / doubling (every rank of a switch at once) move at
+/// far_beta_scale·β; the ring's and the trees' far messages are few per switch and keep β. In
+/// the formulas below "lg p·α" stands for that sum over the steps, and the bytes of each step
+/// are priced at its own β: recursive doubling moves n at every distance; Rabenseifner's
+/// all-reduce n/2d at distance d (the largest pieces to the nearest rank); the reduce-scatter's
+/// halving n·d/p' (the largest pieces to the farthest). lg is log2; p' = 2^floor(lg p); "fold" = the non-power-of-two extra steps
 /// (the p - p' extra ranks hand their vector to a partner before and get the result after):
 /// 2(α + nβ) + nγ when p != p', else 0. Every algorithm also pays its constant overhead_s.
 ///
@@ -137,6 +142,12 @@ struct CostModel {
   /// it, with alpha_far_s, in the tuning file from the fabric's layout (scripts/simulate-collectives
   /// does, from the simulated platform).
   std::size_t nodes_per_switch = 0;
+  /// β of a message between switch groups as a multiple of the β used inside one: in an
+  /// exchange every rank of one switch does with a rank of another (recursive doubling's and
+  /// the halving's far steps) they share the links between the two switches. 1 (the default):
+  /// full bisection (a fat-tree's leaf has as many uplinks as hosts); a dragonfly router with 4
+  /// hosts and one link to each other router: 4. Used only with nodes_per_switch.
+  double far_beta_scale = 1.0;
   /// Messages shorter than this go out eagerly: a send completes at once, so sends a rank posts
   /// one after another still share its link on the wire. The binomial tree's broadcast (a rank
   /// sends to its ⌈lg⌉ children in turn) pays for it. 65536 is Open MPI's TCP eager limit and
