@@ -29,8 +29,8 @@ struct Link {
 };
 
 /// The links a flat algorithm's messages take: `near` inside a switch group of `group`
-/// consecutive ranks, `far_alpha` per message between groups (same β: the study's fabrics have
-/// one link speed). group >= p: one tier.
+/// consecutive ranks, `far_alpha` per message between groups, and `far_beta` for the bytes of
+/// an exchange all ranks do across groups at once. group >= p: one tier.
 struct Fabric {
   Link near;
   double far_alpha;
@@ -157,12 +157,11 @@ double shm_half_s(double n, int k, double sync, double shm_beta, double gamma, d
 }
 
 /// The fabric of a flat algorithm over links `link`, switch groups of `ranks_per_switch`
-/// consecutive ranks (0: no far tier).
+/// consecutive ranks (0: no far tier). alpha_far_s 0 keeps the link's α between switches.
 Fabric fabric_of(const CostModel& m, Link link, std::size_t ranks_per_switch) {
-  const bool tiered = ranks_per_switch > 0 && m.alpha_far_s > 0.0;
-  const int group = tiered ? static_cast<int>(std::min<std::size_t>(ranks_per_switch, std::numeric_limits<int>::max()))
-                           : std::numeric_limits<int>::max();
-  return Fabric{link, tiered ? m.alpha_far_s : link.alpha, group, tiered ? link.beta * m.far_beta_scale : link.beta};
+  if (ranks_per_switch == 0) return Fabric{link, link.alpha, std::numeric_limits<int>::max(), link.beta};
+  const int group = static_cast<int>(std::min<std::size_t>(ranks_per_switch, std::numeric_limits<int>::max()));
+  return Fabric{link, m.alpha_far_s > 0.0 ? m.alpha_far_s : link.alpha, group, link.beta * m.far_beta_scale};
 }
 
 }  // namespace

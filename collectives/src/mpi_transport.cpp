@@ -194,20 +194,9 @@ class MpiTransport final : public Transport {
 
 #ifdef HPCTRAIN_SMPI
   /// detail::block_until_any: MPI_Waitany over the not-done requests among reqs; the completed
-  /// one's handle becomes MPI_REQUEST_NULL, which its next test() reports as done.
-  void block_until_any(const Request* reqs, std::size_t n) {
-    std::vector<MPI_Request> handles;
-    std::vector<std::int32_t> slots;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (reqs[i].done()) continue;
-      handles.push_back(requests_[static_cast<std::size_t>(reqs[i].slot)]);
-      slots.push_back(reqs[i].slot);
-    }
-    if (handles.empty()) return;
-    int index = MPI_UNDEFINED;
-    HPCTRAIN_CHECK_MPI(MPI_Waitany(static_cast<int>(handles.size()), handles.data(), &index, MPI_STATUS_IGNORE));
-    if (index != MPI_UNDEFINED) requests_[static_cast<std::size_t>(slots[static_cast<std::size_t>(index)])] = MPI_REQUEST_NULL;
-  }
+  /// one's handle becomes MPI_REQUEST_NULL, which its next test() reports as done (the caller
+  /// may pass copies of its requests, so the slot stays taken until then).
+  void block_until_any(const Request* reqs, std::size_t n) { (void)wait_any_pending(reqs, n); }
 
   /// detail::complete_all: MPI_Waitall over the not-done requests among reqs; all are then done.
   void complete_all(Request* reqs, std::size_t n) {
@@ -225,6 +214,16 @@ class MpiTransport final : public Transport {
   /// detail::complete_any: MPI_Waitany over the not-done requests among reqs (at least one);
   /// the completed one is done, its index returned.
   std::size_t complete_any(Request* reqs, std::size_t n) {
+    const std::size_t i = wait_any_pending(reqs, n);
+    HPCTRAIN_REQUIRE(i < n, "wait_any: no pending request");
+    retire(reqs[i]);
+    return i;
+  }
+
+ private:
+  /// MPI_Waitany over the not-done requests among reqs: the index in reqs of the one that
+  /// completed (its handle is then MPI_REQUEST_NULL), or n when none was pending.
+  std::size_t wait_any_pending(const Request* reqs, std::size_t n) {
     std::vector<MPI_Request> handles;
     std::vector<std::size_t> index_of;
     for (std::size_t i = 0; i < n; ++i) {
@@ -232,15 +231,14 @@ class MpiTransport final : public Transport {
       handles.push_back(requests_[static_cast<std::size_t>(reqs[i].slot)]);
       index_of.push_back(i);
     }
+    if (handles.empty()) return n;
     int index = MPI_UNDEFINED;
     HPCTRAIN_CHECK_MPI(MPI_Waitany(static_cast<int>(handles.size()), handles.data(), &index, MPI_STATUS_IGNORE));
-    HPCTRAIN_REQUIRE(index != MPI_UNDEFINED, "wait_any: no pending request");
+    if (index == MPI_UNDEFINED) return n;
     const std::size_t i = index_of[static_cast<std::size_t>(index)];
-    retire(reqs[i]);
+    requests_[static_cast<std::size_t>(reqs[i].slot)] = MPI_REQUEST_NULL;
     return i;
   }
-
- private:
   /// A request MPI completed (its handle is MPI_REQUEST_NULL now): free its slot, mark it done.
   void retire(Request& r) {
     requests_[static_cast<std::size_t>(r.slot)] = MPI_REQUEST_NULL;

@@ -248,6 +248,13 @@ TEST(CostModel, FarTierPricesTheStepsAcrossSwitches) {
   for (Algorithm algo : {Algorithm::ring, Algorithm::tree}) {
     EXPECT_EQ(contended.predict_allreduce_s(algo, 4096, 16, 1), far.predict_allreduce_s(algo, 4096, 16, 1));
   }
+  // nodes_per_switch and far_beta_scale without alpha_far_s: the far steps keep α, their
+  // bytes still move at 4β.
+  std::string beta_only = one_tier;
+  beta_only.insert(beta_only.size() - 2, R"(, "nodes_per_switch": 2, "far_beta_scale": 4)");
+  const Tuning shared_only = Tuning::from_file(write_file("beta-only.json", beta_only));
+  const double rd_beta = 4 * a + n * b + 3 * n * 4 * b;
+  EXPECT_NEAR(shared_only.predict_allreduce_s(Algorithm::recursive_doubling, 4096, 16, 1), rd_beta, 1e-12 * rd_beta);
 }
 
 // Reduce-scatter / all-gather (tuning.hpp's formulas, recomputed here): ring vs recursive

@@ -36,9 +36,9 @@
 /// src/graph/tuning.cc). For n bytes over p ranks, k ranks per node and N = ceil(p/k) nodes:
 /// α is the time per message, β per byte moved, γ per byte reduced; a flat algorithm over more
 /// than one node is paced by its slowest link, so it uses the inter-node α/β, on one node the
-/// intra-node ones. With CostModel::nodes_per_switch and alpha_far_s set (a fabric of leaf
-/// switches of g = k·nodes_per_switch consecutive ranks), a message between ranks r, r' of
-/// different switches costs α_far instead: recursive doubling / Rabenseifner (and the
+/// intra-node ones. With CostModel::nodes_per_switch set (a fabric of leaf switches of g =
+/// k·nodes_per_switch consecutive ranks), a message between ranks r, r' of different switches
+/// costs α_far = alpha_far_s (alpha_inter_s when that is 0) instead: recursive doubling / Rabenseifner (and the
 /// reduce-scatter's halving) pay it on each exchange at distance 2^j >= g, the binomial tree on
 /// its levels that far, the ring and the pipelined tree on every step once p > g (a pipeline
 /// runs at its slowest link); the fold's pairs are neighbours. The bytes of those far exchanges
@@ -47,8 +47,9 @@
 /// the formulas below "lg p·α" stands for that sum over the steps, and the bytes of each step
 /// are priced at its own β: recursive doubling moves n at every distance; Rabenseifner's
 /// all-reduce n/2d at distance d (the largest pieces to the nearest rank); the reduce-scatter's
-/// halving n·d/p' (the largest pieces to the farthest). lg is log2; p' = 2^floor(lg p); "fold" = the non-power-of-two extra steps
-/// (the p - p' extra ranks hand their vector to a partner before and get the result after):
+/// halving n·d/p' (the largest pieces to the farthest). lg is log2; p' = 2^floor(lg p);
+/// "fold" = the non-power-of-two extra steps (the p - p' extra ranks hand their vector to a
+/// partner before and get the result after):
 /// 2(α + nβ) + nγ when p != p', else 0. Every algorithm also pays its constant overhead_s.
 ///
 /// - ring (Patarasuk–Yuan; reduce-scatter + all-gather, each chunk n/p cut into m =
@@ -62,8 +63,8 @@
 ///   n/2), m = ceil(n/2s): S = 2d + m - 1 pipeline steps; per step the busiest rank moves a
 ///   segment over each of its L tree links, L = 4 at p = 2^k - 1, 5 for most other p (one rank
 ///   is interior in both trees), but at most 2m of them before the pipeline fills):
-///   S(α + min(2m, L)·sβ + 2sγ)  (→ L/2·nβ + nγ for long vectors). Fitted against SimGrid SMPI
-///   at 16 and 64 ranks, 256 KiB to 64 MiB: within 0.80–1.07 (docs/simulation.md).
+///   S(α + min(2m, L)·sβ + 2sγ)  (→ L/2·nβ + nγ for long vectors). Against SimGrid SMPI at
+///   16–256 ranks, 256 KiB to 64 MiB: within 0.80–1.15 (docs/simulation.md).
 /// - recursive_doubling: floor(lg p)(α + nβ + nγ) + fold.
 /// - rabenseifner (recursive-halving reduce-scatter + recursive-doubling all-gather):
 ///   2 floor(lg p)·α + 2(p'-1)/p'·nβ + (p'-1)/p'·nγ + fold.
@@ -134,7 +135,7 @@ struct CostModel {
   double beta_inter_s_per_byte = 1e-10;
   /// Across leaf switches: seconds per message between ranks whose nodes hang off different
   /// switches (the fabric's far tier: a fat-tree's spine hops). 0 (the default): one tier,
-  /// alpha_inter_s between any two nodes. Used only with nodes_per_switch.
+  /// alpha_inter_s also between switches. Used only with nodes_per_switch.
   double alpha_far_s = 0.0;
   /// Nodes under one leaf switch, in rank order (ranks r and r' share a switch when
   /// r / (k·nodes_per_switch) = r' / (k·nodes_per_switch), k ranks per node). 0 (the default):
