@@ -99,7 +99,7 @@ void binomial_allreduce(CollContext& ctx, const std::byte* in, std::byte* data, 
   // One child at a time, the largest subtree first (as MPICH's binomial broadcast): sends
   // posted together share this rank's link, so the first child (whose subtree is deepest) got
   // the vector only after all of them. Under SimGrid SMPI at 64 KiB (a rendezvous size) this
-  // took the tree all-reduce from 66.5 to 50.8 µs at 16 ranks and from 135 to 83 µs at 64.
+  // took the tree all-reduce from 66.5 to 50.7 µs at 16 ranks and from 135.5 to 82.9 µs at 64.
   // Below the eager limit a send completes at once and the messages still share the link
   // (CostModel::eager_bytes prices that).
   for (int m = low >> 1; m > 0; m >>= 1) {
