@@ -12,6 +12,9 @@
 //   reduce_scatter/shm/<n>           the block form through node shared memory (Algorithm::shm; only
 //                                    when every rank is on one node, HPCTRAIN_RANKS_PER_NODE included)
 //   reduce_scatter/shm_in_place/<n>  the in-place form through node shared memory
+//   reduce_scatter/hierarchical/<n>  the block form by shm within each node, then ring or halving
+//                                    among the nodes (only over several nodes of equal size)
+//   reduce_scatter/hierarchical_in_place/<n>   the in-place form, hierarchically
 //   reduce_scatter/auto/<n>          the block form as `auto` chooses (the cost model)
 //   reduce_scatter/mpi/<n>           MPI_Reduce_scatter_block
 //   allgather/<form>/<n>             the same for all-gather (recursive doubling), MPI_Allgather
@@ -57,6 +60,8 @@ const Form kForms[] = {{"ring", Algorithm::ring, false},
                        {"rabenseifner_in_place", Algorithm::rabenseifner, true},
                        {"shm", Algorithm::shm, false},
                        {"shm_in_place", Algorithm::shm, true},
+                       {"hierarchical", Algorithm::hierarchical, false},
+                       {"hierarchical_in_place", Algorithm::hierarchical, true},
                        {"auto", Algorithm::automatic, false},
                        {"mpi", Algorithm::mpi, false}};
 const char* name(Op op) { return op == Op::reduce_scatter ? "reduce_scatter" : "allgather"; }
@@ -150,17 +155,26 @@ void bench(benchmark::State& state, Communicator* comm, Op op, Form form, std::s
   if (wrong != 0) state.SkipWithError((std::to_string(wrong) + " wrong elements in the last iteration").c_str());
 }
 
-/// True when shm can run: one machine (MPI_COMM_TYPE_SHARED) and no smaller virtual nodes.
-bool every_rank_on_one_node(int ranks) {
+/// Which node algorithms can run: shm on one machine (MPI_COMM_TYPE_SHARED) with no smaller
+/// virtual nodes; hierarchical over several nodes of equal size (virtual or machines).
+struct NodeLayout {
+  bool one_node = false, equal_nodes = false;
+};
+NodeLayout node_layout(int ranks) {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   int local = 0;
   MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
-  int smallest = local;
+  int smallest = local, largest = local;
   MPI_Allreduce(&local, &smallest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&local, &largest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   const int per_node = hpctrain::coll::Tuning::from_environment().ranks_per_node;
-  return smallest == ranks && (per_node <= 0 || per_node >= ranks);
+  NodeLayout l;
+  l.one_node = smallest == ranks && (per_node <= 0 || per_node >= ranks);
+  l.equal_nodes = per_node > 0 && per_node < ranks ? ranks % per_node == 0 && smallest % per_node == 0
+                                                   : smallest == largest && smallest < ranks;
+  return l;
 }
 
 int run(int& argc, char** argv) {
@@ -181,12 +195,13 @@ int run(int& argc, char** argv) {
                                       4.0 * static_cast<double>(largest), MPI_COMM_WORLD);
   Communicator comm(hpctrain::coll::make_mpi_transport(MPI_COMM_WORLD));
   const auto unit = sizeof(float) * static_cast<std::size_t>(comm.size());
-  const bool shm_runs = every_rank_on_one_node(comm.size());
+  const NodeLayout layout = node_layout(comm.size());
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step) {
     const std::size_t n = std::max(unit, bytes / unit * unit);  // whole blocks of float32
     for (Op op : {Op::reduce_scatter, Op::allgather}) {
       for (const Form& form : kForms) {
-        if (form.algo == Algorithm::shm && !shm_runs) continue;  // it refuses several nodes
+        if (form.algo == Algorithm::shm && !layout.one_node) continue;  // it refuses several nodes
+        if (form.algo == Algorithm::hierarchical && !layout.equal_nodes) continue;  // shm, or refused
         const std::string label = std::string(name(op)) + "/" + form.name + "/" + std::to_string(n);
         benchmark::RegisterBenchmark(label.c_str(), bench, &comm, op, form, n, o.warmup)
             ->Iterations(o.iters)

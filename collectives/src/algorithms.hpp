@@ -41,6 +41,8 @@ struct NodeGroup {
   std::unique_ptr<Transport> inter;         ///< this local rank on every node; null on one node
   std::unique_ptr<SharedSegments> memory;   ///< one segment per local rank (layout: shm_allreduce.cpp)
   std::vector<int> parent_rank;             ///< communicator rank of each local rank (diagnostics)
+  /// Communicator ranks of every node (its local ranks in order), nodes in order of first rank.
+  std::vector<std::vector<int>> members;
   int nodes = 1;
   /// Ranks of the smallest node: local ranks below it own one slice each (nodes may differ in
   /// size, e.g. 4 ranks in virtual nodes of 3; every node must slice the buffer alike).
@@ -52,7 +54,28 @@ struct NodeGroup {
 
   int local_rank() const noexcept { return local->rank(); }
   int local_size() const noexcept { return local->size(); }
+  /// True when every node has the same number of ranks.
+  bool uniform() const noexcept {
+    for (const auto& m : members)
+      if (m.size() != members.front().size()) return false;
+    return true;
+  }
+  /// Communicator rank of each rank of the `inter` group of local rank q (the ranks with local
+  /// rank q, in communicator-rank order: the order of Transport::split's key). Uniform nodes.
+  std::vector<int> inter_members(int q) const;
 };
+
+/// The elements of a vector one local rank owns in the shm reduce-scatter / all-gather, as
+/// ranges whose concatenation is its part: one block for shm; for hierarchical, the blocks of
+/// the ranks of its `inter` group, in their order.
+struct PartRange {
+  std::size_t first = 0, count = 0;
+};
+using NodeParts = std::vector<std::vector<PartRange>>;  ///< [local rank]
+/// One block per local rank: part q is elements [offsets[q], offsets[q+1]).
+NodeParts block_parts(const std::vector<std::size_t>& offsets);
+/// Elements in a part.
+std::size_t part_length(const std::vector<PartRange>& part) noexcept;
 
 /// Bytes of shared memory each local rank needs for `segment_bytes` staging buffers.
 std::size_t shm_bytes_per_rank(std::size_t segment_bytes);
@@ -70,15 +93,27 @@ void shm_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* re
 /// The segmented schedule of shm_allreduce, with `between` (if set) run on each owned slice.
 void shm_segmented_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* recv,
                              std::size_t count, DataType type, ReduceOp op, const SliceStep& between);
-/// Single-copy reduce-scatter over the node's shared memory (shm_scatter_gather.cpp), all ranks
-/// on one node, block q of `send` (offsets) owned by local rank q: writes the reduction of this
-/// rank's block to `own` (its offsets[me+1] - offsets[me] elements; `own` may lie in `send`,
-/// at that block, for the in-place form) and nothing else.
-void shm_reduce_scatter(CollContext& ctx, NodeGroup& node, const void* send, void* own,
-                        const std::vector<std::size_t>& offsets, DataType type, ReduceOp op);
-/// Single-copy all-gather over the node's shared memory: the contract of ring_allgather.
-void shm_allgather(CollContext& ctx, NodeGroup& node, void* buf, const std::vector<std::size_t>& offsets,
+/// Single-copy reduce-scatter over the node's shared memory (shm_scatter_gather.cpp) among the
+/// node's ranks, part q of `send` owned by local rank q: writes the reduction of this rank's
+/// part, contiguous, to `own` (part_length(parts[me]) elements; for one-block parts `own` may
+/// lie in `send`, at that block, for the in-place form) and nothing else.
+void shm_reduce_scatter(CollContext& ctx, NodeGroup& node, const void* send, void* own, const NodeParts& parts,
+                        DataType type, ReduceOp op);
+/// Single-copy all-gather over the node's shared memory: `own` holds this rank's part,
+/// contiguous (for one-block parts it may be that block of `buf`); afterwards every other local
+/// rank's part is in place in `buf` (this rank's own part is not written).
+void shm_allgather(CollContext& ctx, NodeGroup& node, const void* own, void* buf, const NodeParts& parts,
                    DataType type);
+/// Reduce-scatter over the communicator's blocks (offsets indexed by communicator rank):
+/// intra-node shm reduce-scatter of the blocks of each inter group, then a reduce-scatter among
+/// the inter group (hierarchical_scatter_gather.cpp). Writes this rank's reduced block to `own`
+/// (which may be that block of `send`) and nothing else. Nodes of equal size.
+void hierarchical_reduce_scatter(CollContext& ctx, NodeGroup& node, const void* send, void* own,
+                                 const std::vector<std::size_t>& offsets, DataType type, ReduceOp op);
+/// All-gather over the communicator's blocks, the reverse: inter-group all-gather, then intra-node
+/// shm all-gather. The contract of ring_allgather. Nodes of equal size.
+void hierarchical_allgather(CollContext& ctx, NodeGroup& node, void* buf, const std::vector<std::size_t>& offsets,
+                            DataType type);
 /// Intra-node reduce-scatter, inter-node all-reduce of each slice, intra-node all-gather.
 void hierarchical_allreduce(CollContext& ctx, NodeGroup& node, const void* send, void* recv,
                             std::size_t count, DataType type, ReduceOp op);

@@ -34,14 +34,15 @@ void check_buffers(const char* op, const void* send, const void* recv, std::size
   }
 }
 
-/// Reduce-scatter and all-gather run the ring or the halving/doubling schedule (Algorithm::
-/// rabenseifner); anything else is refused on the calling thread, before any message.
+/// Reduce-scatter and all-gather run the ring, the halving/doubling schedule (Algorithm::
+/// rabenseifner), shm or hierarchical; anything else is refused on the calling thread, before
+/// any message.
 void check_scatter_algorithm(const char* op, Algorithm algo) {
   HPCTRAIN_REQUIRE(algo == Algorithm::automatic || algo == Algorithm::ring || algo == Algorithm::rabenseifner ||
-                       algo == Algorithm::shm,
+                       algo == Algorithm::shm || algo == Algorithm::hierarchical,
                    std::string(op) + ": algorithm '" + std::string(to_string(algo)) +
                        "' is not built for reduce-scatter / all-gather; use auto, ring, rabenseifner "
-                       "(recursive halving / doubling) or shm (one node)");
+                       "(recursive halving / doubling), shm (one node) or hierarchical (nodes of equal size)");
 }
 
 }  // namespace

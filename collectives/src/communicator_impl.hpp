@@ -42,8 +42,8 @@ struct Communicator::Impl {
   // ---- dispatch.cpp: one collective, on the calling or the progress thread ----
   void run_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      Algorithm algo, std::uint64_t seq);
-  // Reduce-scatter / all-gather: `algo` is ring, rabenseifner, shm or automatic (checked by the caller,
-  // check_scatter_algorithm); automatic is resolved here by the cost model.
+  // Reduce-scatter / all-gather: `algo` is ring, rabenseifner, shm, hierarchical or automatic
+  // (checked by the caller, check_scatter_algorithm); automatic is resolved here by the cost model.
   void run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, ReduceOp op,
                           Algorithm algo, std::uint64_t seq);
   void run_allgather(const void* send, void* recv, std::size_t count, DataType type, Algorithm algo,
@@ -64,7 +64,10 @@ struct Communicator::Impl {
   /// SMPI, shm refused across nodes (naming `op`); a failure part-way marks the group broken.
   void on_node_group(const char* op, Algorithm algo, const WaitPolicy& wait_policy,
                      const std::function<void(detail::NodeGroup&)>& body);
-  /// The block reduce-scatter of `algo` (ring, rabenseifner or shm, resolved): block rank() of
+  /// `algo`, or for automatic the cost model's choice for `bytes` (the whole vector) that can
+  /// run here (hierarchical only over nodes of equal size; refused, naming `op`, otherwise).
+  Algorithm resolve_scatter_gather(const char* op, Algorithm algo, std::size_t bytes, bool reduce);
+  /// The block reduce-scatter of `algo` (ring, rabenseifner, shm or hierarchical, resolved): block rank() of
   /// `buf` receives the reduction.
   void scatter_blocks(const char* op_name, Algorithm algo, std::uint64_t seq, const void* send, void* buf,
                       const std::vector<std::size_t>& offsets, DataType type, ReduceOp op);
@@ -81,6 +84,8 @@ struct Communicator::Impl {
   const std::vector<int>& node_of_rank();
   /// Largest number of ranks on one node (what choose_allreduce is told).
   int ranks_per_node();
+  /// True when every node holds the same number of ranks.
+  bool uniform_nodes();
   /// The node's sub-transports and shared memory, built on first use (collective: every rank
   /// calls the same all-reduce with the same algorithm, so every rank builds it at the same call).
   detail::NodeGroup& node_group(const WaitPolicy& wait_policy);

@@ -233,37 +233,54 @@ namespace {
 double scatter_gather_s(const Tuning& tuning, Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node,
                         bool reduce) noexcept {
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  if ((algo != Algorithm::ring && algo != Algorithm::rabenseifner && algo != Algorithm::shm) || ranks < 1)
+  if ((algo != Algorithm::ring && algo != Algorithm::rabenseifner && algo != Algorithm::shm &&
+       algo != Algorithm::hierarchical) ||
+      ranks < 1)
     return kNever;
   const CostModel& model = tuning.model;
   const double n = static_cast<double>(bytes);
   const double scale = model.calibration(algo, n);
   const int k = (ranks_per_node <= 0 || ranks_per_node > ranks) ? ranks : ranks_per_node;
-  const bool several_nodes = (ranks + k - 1) / k > 1;
+  const int nodes = (ranks + k - 1) / k;
+  const bool several_nodes = nodes > 1;
+  const double overhead = model.overhead_s[static_cast<std::size_t>(algo)];
+  const double gamma = model.gamma_s_per_byte * scale;
+  const double shm_beta = model.shm_beta_s_per_byte * scale;
+  const double shm_seg = static_cast<double>(tuning.shm_segment_bytes);
   if (algo == Algorithm::shm) {
     if (several_nodes) return kNever;
-    return shm_half_s(n, ranks, model.shm_sync_s, model.shm_beta_s_per_byte * scale, model.gamma_s_per_byte * scale,
-                      static_cast<double>(tuning.shm_segment_bytes), reduce) +
-           model.overhead_s[static_cast<std::size_t>(algo)];
+    return shm_half_s(n, ranks, model.shm_sync_s, shm_beta, gamma, shm_seg, reduce) + overhead;
+  }
+  if (algo == Algorithm::hierarchical) {
+    // Nodes of equal size only (hierarchical_scatter_gather.cpp); one node is shm.
+    if (!several_nodes || k < 2 || ranks != nodes * k) return kNever;
+    const double part = n / k;
+    // The k ranks of a node move their parts across the node's link at once: β·k, as the
+    // hierarchical all-reduce's inter-node step.
+    const Fabric inter = fabric_of(model, Link{model.alpha_inter_s, model.beta_inter_s_per_byte * scale * k},
+                                   model.nodes_per_switch);
+    const double across = std::min(ring_half_s(part, nodes, inter, gamma, static_cast<double>(tuning.ring_segment_bytes), reduce),
+                                   halving_doubling_s(part, nodes, inter, gamma, reduce));
+    return shm_half_s(n, k, model.shm_sync_s, shm_beta, gamma, shm_seg, reduce) + across +
+           (reduce ? 0.0 : part * shm_beta) + overhead;
   }
   const Fabric link = fabric_of(model,
                                 several_nodes ? Link{model.alpha_inter_s, model.beta_inter_s_per_byte * scale}
                                               : Link{model.alpha_intra_s, model.beta_intra_s_per_byte * scale},
                                 static_cast<std::size_t>(k) * model.nodes_per_switch);
-  const double gamma = model.gamma_s_per_byte * scale;
   const double t = algo == Algorithm::ring
                        ? ring_half_s(n, ranks, link, gamma, static_cast<double>(tuning.ring_segment_bytes), reduce)
                        : halving_doubling_s(n, ranks, link, gamma, reduce);
-  return t + model.overhead_s[static_cast<std::size_t>(algo)];
+  return t + overhead;
 }
 
-/// The cheapest of ring, rabenseifner (halving / doubling) and shm among auto_algorithms; ties go
-/// to the earlier one, none allowed to the ring.
+/// The cheapest of ring, rabenseifner (halving / doubling), shm and hierarchical among
+/// auto_algorithms; ties go to the earlier one, none allowed to the ring.
 Algorithm cheaper_scatter_gather(const Tuning& tuning, std::size_t bytes, int ranks, int ranks_per_node,
                                  bool reduce) noexcept {
   Algorithm best = Algorithm::ring;
   double best_s = std::numeric_limits<double>::infinity();
-  for (Algorithm a : {Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm}) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm, Algorithm::hierarchical}) {
     if (!(tuning.auto_algorithms & detail::bit(a))) continue;
     const double s = scatter_gather_s(tuning, a, bytes, ranks, ranks_per_node, reduce);
     if (s < best_s) {

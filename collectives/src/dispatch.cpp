@@ -10,6 +10,7 @@
 #include "algorithms.hpp"
 #include "communicator_impl.hpp"
 #include "hpctrain/base/error.hpp"
+#include "modelled_algorithms.hpp"
 #include "reduce.hpp"
 #include "vendor_call_watchdog.hpp"
 
@@ -40,8 +41,7 @@ void require_one_node(const char* op, int ranks, int per_node, int tuned_ranks_p
                        " per node" +
                        (tuned_ranks_per_node > 0 ? ", HPCTRAIN_RANKS_PER_NODE=" + std::to_string(tuned_ranks_per_node)
                                                  : std::string()) +
-                       "); use " + std::string(std::string(op).rfind("allreduce", 0) == 0 ? "'hierarchical'" : "ring or rabenseifner") +
-                       " for several nodes");
+                       "); use 'hierarchical' for several nodes");
 }
 
 /// Under SimGrid's SMPI (a build with HPCTRAIN_SMPI) the shared-memory algorithms cannot run:
@@ -122,10 +122,11 @@ void Communicator::Impl::scatter_blocks(const char* op_name, Algorithm algo, std
                                         ReduceOp op) {
   const WaitPolicy wait_policy = policy(op_name, algo, seq);
   detail::CollContext ctx = context(wait_policy, seq);
-  if (algo == Algorithm::shm) {
+  if (algo == Algorithm::shm || algo == Algorithm::hierarchical) {
     auto* own = static_cast<std::byte*>(buf) + offsets[static_cast<std::size_t>(rank())] * size_of(type);
     on_node_group(op_name, algo, wait_policy, [&](detail::NodeGroup& group) {
-      detail::shm_reduce_scatter(ctx, group, send, own, offsets, type, op);
+      if (algo == Algorithm::shm) detail::shm_reduce_scatter(ctx, group, send, own, detail::block_parts(offsets), type, op);
+      else detail::hierarchical_reduce_scatter(ctx, group, send, own, offsets, type, op);
     });
   } else if (algo == Algorithm::rabenseifner) {
     detail::halving_reduce_scatter(ctx, send, buf, offsets, type, op);
@@ -138,14 +139,46 @@ void Communicator::Impl::gather_blocks(const char* op_name, Algorithm algo, std:
                                        const std::vector<std::size_t>& offsets, DataType type) {
   const WaitPolicy wait_policy = policy(op_name, algo, seq);
   detail::CollContext ctx = context(wait_policy, seq);
-  if (algo == Algorithm::shm) {
-    on_node_group(op_name, algo, wait_policy,
-                  [&](detail::NodeGroup& group) { detail::shm_allgather(ctx, group, buf, offsets, type); });
+  if (algo == Algorithm::shm || algo == Algorithm::hierarchical) {
+    on_node_group(op_name, algo, wait_policy, [&](detail::NodeGroup& group) {
+      if (algo == Algorithm::hierarchical) {
+        detail::hierarchical_allgather(ctx, group, buf, offsets, type);
+        return;
+      }
+      const auto* own = static_cast<std::byte*>(buf) + offsets[static_cast<std::size_t>(rank())] * size_of(type);
+      detail::shm_allgather(ctx, group, own, buf, detail::block_parts(offsets), type);
+    });
   } else if (algo == Algorithm::rabenseifner) {
     detail::doubling_allgather(ctx, buf, offsets, type);
   } else {
     detail::ring_allgather(ctx, buf, offsets, type);
   }
+}
+
+/// `auto` for reduce-scatter / all-gather: the cost model's choice, except `hierarchical` over
+/// nodes of unequal size (which it cannot run; the model only sees the largest node). An
+/// explicit `hierarchical` there is refused at every rank alike, before any message.
+Algorithm Communicator::Impl::resolve_scatter_gather(const char* op, Algorithm algo, std::size_t bytes, bool reduce) {
+  if (algo == Algorithm::hierarchical && !uniform_nodes()) {
+    std::vector<int> sizes;
+    for (int n : node_of_rank()) {
+      if (static_cast<std::size_t>(n) >= sizes.size()) sizes.resize(static_cast<std::size_t>(n) + 1, 0);
+      ++sizes[static_cast<std::size_t>(n)];
+    }
+    std::string list;
+    for (int k : sizes) list += (list.empty() ? "" : ", ") + std::to_string(k);
+    HPCTRAIN_FAIL(std::string(op) + ": algorithm 'hierarchical' needs nodes of equal size, but the " +
+                  std::to_string(sizes.size()) + " nodes of this communicator hold " + list + " ranks" +
+                  (tuning.ranks_per_node > 0 ? " (HPCTRAIN_RANKS_PER_NODE=" + std::to_string(tuning.ranks_per_node) +
+                                                   " does not divide " + std::to_string(size()) + ")"
+                                             : std::string()) +
+                  "; use ring or rabenseifner");
+  }
+  if (algo != Algorithm::automatic) return algo;
+  Tuning t = tuning;
+  if (!uniform_nodes()) t.auto_algorithms &= ~detail::bit(Algorithm::hierarchical);
+  return reduce ? t.choose_reduce_scatter(bytes, size(), ranks_per_node())
+                : t.choose_allgather(bytes, size(), ranks_per_node());
 }
 
 void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
@@ -157,14 +190,16 @@ void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::s
     if (send != recv) std::memcpy(recv, send, recv_count * elem);
     return;
   }
-  if (algo == Algorithm::automatic) algo = tuning.choose_reduce_scatter(recv_count * p * elem, size(), ranks_per_node());
+  algo = resolve_scatter_gather("reduce_scatter", algo, recv_count * p * elem, true);
   std::vector<std::size_t> offsets;
   block_offsets(offsets, recv_count, p);
-  if (algo == Algorithm::shm) {
+  if (algo == Algorithm::shm || algo == Algorithm::hierarchical) {
     const WaitPolicy wait_policy = policy("reduce_scatter", algo, seq);
     detail::CollContext ctx = context(wait_policy, seq);
     on_node_group("reduce_scatter", algo, wait_policy, [&](detail::NodeGroup& group) {
-      detail::shm_reduce_scatter(ctx, group, send, recv, offsets, type, detail::combine_op(op));
+      if (algo == Algorithm::shm)
+        detail::shm_reduce_scatter(ctx, group, send, recv, detail::block_parts(offsets), type, detail::combine_op(op));
+      else detail::hierarchical_reduce_scatter(ctx, group, send, recv, offsets, type, detail::combine_op(op));
     });  // writes only this rank's block, straight into recv
   } else {
     // The point-to-point algorithms reduce into a whole vector (the blocks other than rank()'s
@@ -181,7 +216,7 @@ void Communicator::Impl::run_allgather(const void* send, void* recv, std::size_t
   if (count == 0) return;
   const std::size_t p = static_cast<std::size_t>(size());
   const std::size_t elem = size_of(type);
-  if (algo == Algorithm::automatic) algo = tuning.choose_allgather(count * p * elem, size(), ranks_per_node());
+  algo = resolve_scatter_gather("allgather", algo, count * p * elem, false);
   auto* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(rank()) * count * elem;
   if (send != own) std::memcpy(own, send, count * elem);
   std::vector<std::size_t> offsets;
@@ -192,7 +227,7 @@ void Communicator::Impl::run_allgather(const void* send, void* recv, std::size_t
 void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t count, DataType type, ReduceOp op,
                                                      Algorithm algo, std::uint64_t seq) {
   if (count == 0) return;
-  if (algo == Algorithm::automatic) algo = tuning.choose_reduce_scatter(count * size_of(type), size(), ranks_per_node());
+  algo = resolve_scatter_gather("reduce_scatter(in place)", algo, count * size_of(type), true);
   const auto offsets = detail::balanced_offsets(count, size());
   scatter_blocks("reduce_scatter(in place)", algo, seq, buf, buf, offsets, type, detail::combine_op(op));
   if (op == ReduceOp::avg) {
@@ -205,7 +240,7 @@ void Communicator::Impl::run_balanced_reduce_scatter(void* buf, std::size_t coun
 void Communicator::Impl::run_balanced_allgather(void* buf, std::size_t count, DataType type, Algorithm algo,
                                                 std::uint64_t seq) {
   if (count == 0) return;
-  if (algo == Algorithm::automatic) algo = tuning.choose_allgather(count * size_of(type), size(), ranks_per_node());
+  algo = resolve_scatter_gather("allgather(in place)", algo, count * size_of(type), false);
   const auto offsets = detail::balanced_offsets(count, size());
   gather_blocks("allgather(in place)", algo, seq, buf, offsets, type);
 }

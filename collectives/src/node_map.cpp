@@ -45,6 +45,16 @@ int Communicator::Impl::ranks_per_node() {
   return ranks_per_node_;
 }
 
+bool Communicator::Impl::uniform_nodes() {
+  const auto& node_index = node_of_rank();
+  std::vector<int> count(node_index.size(), 0);
+  for (int n : node_index) ++count[static_cast<std::size_t>(n)];
+  const int k = ranks_per_node();
+  for (int c : count)
+    if (c != 0 && c != k) return false;
+  return true;
+}
+
 detail::NodeGroup& Communicator::Impl::node_group(const WaitPolicy& wait_policy) {
   if (node) {
     HPCTRAIN_REQUIRE(!node->broken, "allreduce(" + std::string(to_string(wait_policy.algorithm)) +
@@ -61,8 +71,9 @@ detail::NodeGroup& Communicator::Impl::node_group(const WaitPolicy& wait_policy)
       {"MPI_Comm_split, MPI_Win_allocate_shared", "shared-memory set-up", wait_policy.sequence, 0, DataType::f32, size()},
       tuning.timeout_s);
   auto g = std::make_unique<detail::NodeGroup>();
-  for (int r = 0; r < size(); ++r)
-    if (node_index[static_cast<std::size_t>(r)] == my_node) g->parent_rank.push_back(r);
+  g->members.resize(static_cast<std::size_t>(nodes));
+  for (int r = 0; r < size(); ++r) g->members[static_cast<std::size_t>(node_index[static_cast<std::size_t>(r)])].push_back(r);
+  g->parent_rank = g->members[static_cast<std::size_t>(my_node)];
   g->nodes = nodes;
   g->slices = *std::min_element(sizes.begin(), sizes.end());
   g->local = transport->split(my_node, me);

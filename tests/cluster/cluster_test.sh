@@ -121,10 +121,10 @@ case $scenario in
     if [[ $scenario == collectives_mpi ]]; then
       bin=$mpi_matrix transport=(env)
       # mpi (MPI_Allreduce) only here: the UCX transport has no vendor all-reduce.
-      filter='AllAlgorithms/MpiAllreduce.MatchesMpiAllreduceAndReference/hierarchical*:*/ring:*/rabenseifner:*/tree_double_binary:*/mpi:MpiCollectives.ShmOnSeveralNodesFails:MpiCollectives.ShmStressBackToBack:MpiCollectives.NonBlockingReduceScatterAllgatherMatchMpi'
+      filter='AllAlgorithms/MpiAllreduce.MatchesMpiAllreduceAndReference/hierarchical*:*/ring:*/rabenseifner:*/tree_double_binary:*/mpi:MpiCollectives.ShmOnSeveralNodesFails:MpiCollectives.ShmStressBackToBack:MpiCollectives.NonBlockingReduceScatterAllgatherMatchMpi:Algorithms/MpiScatterGather.EveryFormMatchesMpiAndTheReference/hierarchical'
     else
       bin=$ucx_matrix transport=(env "UCX_TLS=tcp,self" UCX_WARN_UNUSED_ENV_VARS=n)
-      filter='AllAlgorithms/MpiAllreduce.MatchesMpiAllreduceAndReference/hierarchical*:*/ring:*/rabenseifner:MpiCollectives.ShmOnSeveralNodesFails:MpiCollectives.ShmStressBackToBack'
+      filter='AllAlgorithms/MpiAllreduce.MatchesMpiAllreduceAndReference/hierarchical*:*/ring:*/rabenseifner:MpiCollectives.ShmOnSeveralNodesFails:MpiCollectives.ShmStressBackToBack:Algorithms/MpiScatterGather.EveryFormMatchesMpiAndTheReference/hierarchical'
     fi
     [[ -x $bin ]] || fail "test binary '$bin' not built"
     before=$(fabric_bytes 1)
@@ -136,6 +136,7 @@ case $scenario in
     # shm refused to span them and hierarchical ran its inter-node step between the hosts.
     expect_output '\[       OK \] MpiCollectives\.ShmOnSeveralNodesFails' "ShmOnSeveralNodesFails (ran, not skipped)"
     expect_output '\[       OK \] AllAlgorithms/MpiAllreduce\.MatchesMpiAllreduceAndReference/hierarchical ' "hierarchical"
+    expect_output '\[       OK \] Algorithms/MpiScatterGather\.EveryFormMatchesMpiAndTheReference/hierarchical ' "hierarchical reduce-scatter / all-gather across the hosts"
     moved=$(($(fabric_bytes 1) - before))
     echo "host 1 received $moved bytes over its fabric link (fab0)"
     # The matrix moves far more than 8 MiB into host 1; a run whose data went another way

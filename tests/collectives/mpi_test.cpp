@@ -211,6 +211,21 @@ TEST(MpiCollectives, NonBlockingReduceScatterAllgatherMatchMpi) {
   }
 }
 
+/// Every node holds as many ranks as every other (virtual nodes: the block size divides the
+/// ranks; real hosts: MPI_COMM_TYPE_SHARED sizes agree). Collective.
+bool equal_nodes() {
+  const int k = env_ranks_per_node();
+  if (k > 0) return k >= world_size() || world_size() % k == 0;
+  MPI_Comm shared = MPI_COMM_NULL;
+  int mine = 0, smallest = 0, largest = 0;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_(), MPI_INFO_NULL, &shared);
+  MPI_Comm_size(shared, &mine);
+  MPI_Comm_free(&shared);
+  MPI_Allreduce(&mine, &smallest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &largest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return smallest == largest;
+}
+
 // The in-place forms over the balanced partition (what ZeRO runs on gradient buckets), against
 // MPI_Reduce_scatter with the same block lengths and MPI_Allgatherv, at counts that do not
 // divide by P.
@@ -245,7 +260,8 @@ TEST(MpiCollectives, InPlaceBalancedReduceScatterAllgatherMatchMpi) {
 }
 
 // Every reduce-scatter / all-gather algorithm (ring, rabenseifner = recursive halving /
-// doubling, shm = single copy through node shared memory, on one node only; auto) and form against MPI_Reduce_scatter_block / MPI_Reduce_scatter (balanced
+// doubling, shm = single copy through node shared memory, on one node only; hierarchical = shm
+// within each node, then ring or halving among the nodes, over nodes of equal size; auto) and form against MPI_Reduce_scatter_block / MPI_Reduce_scatter (balanced
 // blocks) / MPI_Allgather(v), at counts 0, 1, P-1 and 1000003 (trimmed by
 // HPCTRAIN_TEST_MAX_COUNT): i64 and integer-valued f32 sums are exact, so they must equal MPI's;
 // f64 and bf16 sums of random values are checked against the float64 reference and its bound.
@@ -257,6 +273,19 @@ TEST_P(MpiScatterGather, EveryFormMatchesMpiAndTheReference) {
   Communicator comm = make_comm(64 << 10, 64 << 10);
   const int p = comm.size(), r = comm.rank();
   const auto up = static_cast<std::size_t>(p);
+  if (algo == Algorithm::hierarchical && !equal_nodes()) {
+    // Nodes of unequal size (e.g. 3 ranks per virtual node at 4 ranks): every rank refuses it
+    // with one clear error, before any message.
+    std::vector<float> in(up), out(1);
+    try {
+      comm.reduce_scatter(in.data(), out.data(), 1, DataType::f32, ReduceOp::sum, algo);
+      ADD_FAILURE() << "hierarchical ran over nodes of unequal size";
+    } catch (const hpctrain::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'hierarchical' needs nodes of equal size"), std::string::npos) << what;
+    }
+    return;
+  }
   for (std::size_t count : {std::size_t{0}, std::size_t{1}, up > 1 ? up - 1 : 2, std::min<std::size_t>(1000003, max_count())}) {
     const int n = static_cast<int>(count);
     // Block forms, exact types: against MPI_Reduce_scatter_block.
@@ -321,7 +350,8 @@ TEST_P(MpiScatterGather, EveryFormMatchesMpiAndTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, MpiScatterGather,
-                         ::testing::Values(Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm, Algorithm::automatic),
+                         ::testing::Values(Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm,
+                                           Algorithm::hierarchical, Algorithm::automatic),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(MpiCollectives, ReduceScatterAllgatherBroadcast) {
@@ -485,7 +515,7 @@ TEST(MpiCollectives, ShmOnSeveralNodesFails) {
   }
   comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::hierarchical);
   EXPECT_EQ(x, comm.size());
-  // The reduce-scatter and all-gather refuse alike, pointing at what runs across nodes.
+  // The reduce-scatter and all-gather refuse alike, pointing at the algorithm built for several nodes.
   std::vector<std::int64_t> in(static_cast<std::size_t>(comm.size()), 1), out(1);
   for (int form = 0; form < 2; ++form) {
     try {
@@ -498,7 +528,7 @@ TEST(MpiCollectives, ShmOnSeveralNodesFails) {
                                     : "allgather: algorithm 'shm' needs every rank on one node"),
                 std::string::npos)
           << what;
-      EXPECT_NE(what.find("use ring or rabenseifner"), std::string::npos) << what;
+      EXPECT_NE(what.find("use 'hierarchical' for several nodes"), std::string::npos) << what;
     }
   }
   std::fill(in.begin(), in.end(), 1);  // the refused all-gather may have placed its own block

@@ -32,7 +32,11 @@ struct Variant {
   const char* name;
   Algorithm algo;
   std::size_t segment_bytes;  ///< ring and halving segments; shm staging (at least 4096)
+  /// Virtual nodes (HPCTRAIN_RANKS_PER_NODE): 0 one node; kDividing the largest divisor of the
+  /// rank count up to 4 below it (1 for a prime: nodes of one rank), so nodes are of equal size.
+  int ranks_per_node = 0;
 };
+constexpr int kDividing = -1;
 const Variant kVariants[] = {
     {"ring", Algorithm::ring, 1 << 20},
     {"rabenseifner", Algorithm::rabenseifner, 1 << 20},
@@ -43,10 +47,22 @@ const Variant kVariants[] = {
     // 4 KiB staging: at 16 ranks a step moves 32 f64 of every block, so 1001 takes many steps and
     // both staging buffers are reused many times.
     {"shm_small_segments", Algorithm::shm, 64},
+    // Several virtual nodes of equal size (16 ranks: 4 x 4; 6: 2 x 3; 10: 5 x 2; 7: 7 x 1).
+    {"hierarchical", Algorithm::hierarchical, 1 << 20, kDividing},
+    {"hierarchical_small_segments", Algorithm::hierarchical, 64, kDividing},
+    {"hierarchical_rpn1", Algorithm::hierarchical, 1 << 20, 1},
+    {"automatic_nodes", Algorithm::automatic, 1 << 20, kDividing},
 };
 
-Tuning variant_tuning(const Variant& v) {
+int dividing_ranks_per_node(int ranks) {
+  for (int k = std::min(4, ranks - 1); k > 1; --k)
+    if (ranks % k == 0) return k;
+  return 1;
+}
+
+Tuning variant_tuning(const Variant& v, int ranks) {
   Tuning t;
+  t.ranks_per_node = v.ranks_per_node == kDividing ? dividing_ranks_per_node(ranks) : v.ranks_per_node;
   t.timeout_s = 60;  // a bug shows up as a TimeoutError, not a hung test
   t.ring_segment_bytes = v.segment_bytes;
   t.rabenseifner_segment_bytes = v.segment_bytes;
@@ -173,7 +189,7 @@ TEST_P(ScatterGather, EveryFormTypeOpAndOddCountMatchesTheReference) {
   const Variant variant = std::get<0>(GetParam());
   const int ranks = std::get<1>(GetParam());
   Failures f;
-  testing::run_loopback_ranks(ranks, variant_tuning(variant), [&](Communicator& comm) {
+  testing::run_loopback_ranks(ranks, variant_tuning(variant, ranks), [&](Communicator& comm) {
     std::uint64_t seed = 3;
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(ranks - 1), std::size_t{1001}})
       for (DataType type : {DataType::f32, DataType::f64, DataType::bf16, DataType::i64})
@@ -196,7 +212,7 @@ TEST_P(ScatterGatherLarge, OneMillionAndThree) {
   Failures f;
   Variant v = variant;
   v.segment_bytes = std::size_t{64} << 10;
-  testing::run_loopback_ranks(ranks, variant_tuning(v), [&](Communicator& comm) {
+  testing::run_loopback_ranks(ranks, variant_tuning(v, ranks), [&](Communicator& comm) {
     const std::size_t count = 1000003;
     const std::size_t stride = comm.rank() == 0 ? 1 : 61;  // the other ranks check a sample
     if (ranks <= 3) {
@@ -224,7 +240,7 @@ TEST_P(ScatterGatherLarge, OneMillionAndThree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, ScatterGatherLarge,
-                         ::testing::Combine(::testing::Values(kVariants[0], kVariants[1], kVariants[4]),
+                         ::testing::Combine(::testing::Values(kVariants[0], kVariants[1], kVariants[4], kVariants[6]),
                                             ::testing::Values(2, 3, 6, 16)),
                          variant_and_ranks_name);
 
@@ -260,6 +276,73 @@ TEST(ScatterGatherDeterminism, IntegerResultsAreTheSameBytesForEveryAlgorithm) {
   }
 }
 
+// Hierarchical over virtual nodes of equal size: the same integer bytes as the ring, block and in
+// place, and the all-gather the same bytes as the ring's.
+TEST(ScatterGatherDeterminism, HierarchicalIntegerResultsEqualTheRing) {
+  for (int ranks = 2; ranks <= 16; ++ranks) {
+    Failures f;
+    Tuning t;
+    t.timeout_s = 60;
+    t.ranks_per_node = dividing_ranks_per_node(ranks);
+    t.shm_segment_bytes = 4096;  // many steps at 1001 elements
+    testing::run_loopback_ranks(ranks, t, [&](Communicator& comm) {
+      const std::size_t count = 1001;
+      const auto up = static_cast<std::size_t>(ranks);
+      std::vector<std::int64_t> in(count * up);
+      testing::fill_input(DataType::i64, ReduceOp::sum, 23, comm.rank(), in.data(), in.size());
+      std::vector<std::int64_t> ring(count), hier(count), ring_bal(in.begin(), in.begin() + count), hier_bal = ring_bal;
+      comm.reduce_scatter(in.data(), ring.data(), count, DataType::i64, ReduceOp::sum, Algorithm::ring);
+      comm.reduce_scatter(in.data(), hier.data(), count, DataType::i64, ReduceOp::sum, Algorithm::hierarchical);
+      comm.ireduce_scatter_in_place(ring_bal.data(), count, DataType::i64, ReduceOp::sum, Algorithm::ring).wait();
+      comm.ireduce_scatter_in_place(hier_bal.data(), count, DataType::i64, ReduceOp::sum, Algorithm::hierarchical)
+          .wait();
+      if (ring != hier) f.add("block reduce_scatter differs (hierarchical)");
+      const BlockRange own = balanced_block(count, ranks, comm.rank());
+      if (std::memcmp(ring_bal.data() + own.offset, hier_bal.data() + own.offset, own.count * 8) != 0)
+        f.add("in-place reduce_scatter differs (hierarchical)");
+      std::vector<std::int64_t> ring_all(count * up), hier_all(count * up);
+      comm.allgather(ring.data(), ring_all.data(), count, DataType::i64, Algorithm::ring);
+      comm.allgather(ring.data(), hier_all.data(), count, DataType::i64, Algorithm::hierarchical);
+      if (ring_all != hier_all) f.add("allgather differs (hierarchical)");
+    });
+    EXPECT_EQ(f.count.load(), 0u) << "ranks=" << ranks << " ranks_per_node=" << t.ranks_per_node << ": " << f.first;
+  }
+}
+
+// Hierarchical over nodes of unequal size (3 ranks in virtual nodes of 2: sizes 2 and 1) is
+// refused at every rank, naming the algorithm and the sizes, before any message; the same
+// communicator then runs auto (which leaves hierarchical out there) and a hierarchical all-reduce.
+TEST(ScatterGatherErrors, HierarchicalOnUnequalNodesIsRefused) {
+  for (int form = 0; form < 2; ++form) {
+    Tuning t;
+    t.timeout_s = 10;
+    t.ranks_per_node = 2;
+    std::atomic<int> refused{0};
+    Failures f;
+    testing::run_loopback_ranks(3, t, [&](Communicator& comm) {
+      std::vector<std::int64_t> in(6, 1), out(2, 0);
+      try {
+        if (form == 0) comm.reduce_scatter(in.data(), out.data(), 2, DataType::i64, ReduceOp::sum, Algorithm::hierarchical);
+        else comm.iallgather_in_place(in.data(), 6, DataType::i64, Algorithm::hierarchical).wait();
+        f.add("hierarchical ran over nodes of 2 and 1 ranks");
+      } catch (const hpctrain::Error& e) {
+        const std::string what = e.what();
+        if (what.find("'hierarchical'") != std::string::npos && what.find("equal size") != std::string::npos &&
+            what.find("hold 2, 1 ranks") != std::string::npos && what.find("HPCTRAIN_RANKS_PER_NODE=2") != std::string::npos)
+          ++refused;
+        else f.add("unclear refusal: " + what);
+      }
+      comm.reduce_scatter(in.data(), out.data(), 2, DataType::i64, ReduceOp::sum, Algorithm::automatic);
+      if (out[0] != 3 || out[1] != 3) f.add("auto after the refusal gave " + std::to_string(out[0]));
+      std::int64_t x = 1;
+      comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::hierarchical);
+      if (x != 3) f.add("hierarchical all-reduce after the refusal gave " + std::to_string(x));
+    });
+    EXPECT_EQ(refused.load(), 3) << "form " << form;
+    EXPECT_EQ(f.count.load(), 0u) << f.first;
+  }
+}
+
 // Algorithms these collectives do not run are refused on the calling thread, naming the
 // algorithm and what is accepted, before any message (one rank: nothing to hang on).
 TEST(ScatterGatherErrors, UnsupportedAlgorithmIsRefusedNamingIt) {
@@ -267,7 +350,7 @@ TEST(ScatterGatherErrors, UnsupportedAlgorithmIsRefusedNamingIt) {
   t.timeout_s = 10;
   testing::run_loopback_ranks(1, t, [&](Communicator& comm) {
     std::vector<float> a(4), b(4);
-    for (Algorithm algo : {Algorithm::tree, Algorithm::recursive_doubling, Algorithm::hierarchical, Algorithm::mpi}) {
+    for (Algorithm algo : {Algorithm::tree, Algorithm::recursive_doubling, Algorithm::mpi}) {
       const std::string name(to_string(algo));
       auto expect_refused = [&](const std::function<void()>& call, const char* op) {
         try {
@@ -324,7 +407,7 @@ TEST(ScatterGatherErrors, ShmOnSeveralVirtualNodesIsRefused) {
       } catch (const hpctrain::Error& e) {
         const std::string what = e.what();
         if (what.find("'shm'") != std::string::npos && what.find("HPCTRAIN_RANKS_PER_NODE=2") != std::string::npos &&
-            what.find("ring or rabenseifner") != std::string::npos)
+            what.find("use 'hierarchical' for several nodes") != std::string::npos)
           ++named;
         else
           ADD_FAILURE() << what;

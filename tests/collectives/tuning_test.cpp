@@ -280,7 +280,7 @@ TEST(CostModel, ReduceScatterAndAllgatherFollowTheirFormulas) {
   const double hd8 = 3 * a + 7.0 / 8 * n * b + 7.0 / 8 * n * g;
   EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::rabenseifner, 3 * kMiB, 8, 8), hd8, 1e-12 * hd8);
   EXPECT_TRUE(std::isinf(t.predict_reduce_scatter_s(Algorithm::tree, 4096, 8, 8)));
-  EXPECT_TRUE(std::isinf(t.predict_allgather_s(Algorithm::hierarchical, 4096, 8, 8)));
+  EXPECT_TRUE(std::isinf(t.predict_allgather_s(Algorithm::hierarchical, 4096, 8, 8)));  // one node
   // The ring / halving choice on its own (shm's: ShmReduceScatterAndAllgather).
   t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,rabenseifner", "test");
   // Latency-bound: halving / doubling from 6 ranks (at 2 ranks both are one exchange: a tie,
@@ -306,6 +306,58 @@ TEST(CostModel, ReduceScatterAndAllgatherFollowTheirFormulas) {
   t.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,tree", "test");
   EXPECT_EQ(t.choose_reduce_scatter(1024, 8, 8), Algorithm::ring);
   EXPECT_EQ(t.choose_allgather(1024, 8, 8), Algorithm::ring);
+}
+
+// Hierarchical reduce-scatter / all-gather (tuning.hpp's formulas, recomputed here): the shm
+// step over a node's k ranks, then the better of ring and halving for the part (n/k bytes) over
+// the N nodes with β_inter·k; +infinity on one node, nodes of one rank, or unequal nodes; auto
+// takes it where the network is slow against shared memory, and not when auto_algorithms
+// leaves it out.
+TEST(CostModel, HierarchicalReduceScatterAndAllgather) {
+  const double a = 3e-6, b = 2e-10, ai = 7e-6, bi = 5e-10, g = 3e-10, sb = 1e-10, ss = 2e-6;
+  Tuning t = Tuning::from_file(write_file("hier_scatter.json", model_file(a, b, ai, bi, g, sb, ss)));
+  // 12 ranks in 3 nodes of 4, 12 MiB: shm steps of 1 MiB (12 for the reduce-scatter, 3 for the
+  // all-gather's 3 MiB part); the inter ring over 3 nodes moves 1 MiB chunks in one segment.
+  const double n = 12.0 * kMiB, part = n / 4, chunk = part / 3;
+  const double across_rs = 2 * ai + 2 * chunk * 4 * bi + 2 * chunk * g;
+  const double halving_rs = ai + part / 2 * 4 * bi + part / 2 * g + 2 * ai + (part + part / 3) * 4 * bi + part * g;
+  ASSERT_LT(across_rs, halving_rs);  // the ring is the better inter step here
+  const double rs = 12 * ss + n * sb + 3.0 / 4 * n * g + across_rs;
+  const double ag = 3 * ss + n * sb + (2 * ai + 2 * chunk * 4 * bi) + part * sb;
+  EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::hierarchical, 12 * kMiB, 12, 4), rs, 1e-12 * rs);
+  EXPECT_NEAR(t.predict_allgather_s(Algorithm::hierarchical, 12 * kMiB, 12, 4), ag, 1e-12 * ag);
+  // 8 KiB over 8 nodes of 2: the halving (3 exchanges) beats the ring's 7 steps between nodes.
+  const double small = 8192, small_part = small / 2;
+  const double small_rs = 1 * ss + small * sb + 0.5 * small * g +
+                          (3 * ai + 7.0 / 8 * small_part * 2 * bi + 7.0 / 8 * small_part * g);
+  EXPECT_NEAR(t.predict_reduce_scatter_s(Algorithm::hierarchical, 8192, 16, 2), small_rs, 1e-12 * small_rs);
+  for (auto [ranks, per_node] : {std::pair{12, 12}, std::pair{12, 1}, std::pair{12, 5}, std::pair{6, 4}}) {
+    EXPECT_TRUE(std::isinf(t.predict_reduce_scatter_s(Algorithm::hierarchical, kMiB, ranks, per_node))) << ranks << "/" << per_node;
+    EXPECT_TRUE(std::isinf(t.predict_allgather_s(Algorithm::hierarchical, kMiB, ranks, per_node))) << ranks << "/" << per_node;
+  }
+  // A network 16x slower than shared memory: hierarchical for large vectors over 4 nodes of 2
+  // (its inter step moves (N-1)/N of the vector per node's link, the flat ring (p-1)/p over every
+  // rank's, and it reduces half the vector through shared memory); not without it in auto.
+  Tuning slow = Tuning::from_file(write_file("hier_slow.json", model_file(a, b, ai, 16 * sb, g, sb, ss)));
+  EXPECT_EQ(slow.choose_reduce_scatter(64 * kMiB, 8, 2), Algorithm::hierarchical);
+  EXPECT_EQ(slow.choose_allgather(64 * kMiB, 8, 2), Algorithm::hierarchical);
+  EXPECT_NE(slow.choose_reduce_scatter(64 * kMiB, 6, 4), Algorithm::hierarchical);  // unequal nodes
+  for (const Tuning* m : {static_cast<const Tuning*>(&t), static_cast<const Tuning*>(&slow)})
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}, kMiB, 64 * kMiB})
+      for (auto [ranks, per_node] : {std::pair{4, 2}, std::pair{8, 2}, std::pair{12, 4}, std::pair{6, 3}, std::pair{6, 4}})
+        for (bool reduce : {true, false}) {
+          auto predict = [&](Algorithm x) {
+            return reduce ? m->predict_reduce_scatter_s(x, bytes, ranks, per_node)
+                          : m->predict_allgather_s(x, bytes, ranks, per_node);
+          };
+          const Algorithm chosen =
+              reduce ? m->choose_reduce_scatter(bytes, ranks, per_node) : m->choose_allgather(bytes, ranks, per_node);
+          for (Algorithm x : {Algorithm::ring, Algorithm::rabenseifner, Algorithm::shm, Algorithm::hierarchical})
+            EXPECT_LE(predict(chosen), predict(x)) << bytes << " " << ranks << "/" << per_node << " " << reduce;
+        }
+  slow.auto_algorithms = hpctrain::coll::parse_auto_algorithms("ring,rabenseifner,shm", "test");
+  EXPECT_NE(slow.choose_reduce_scatter(64 * kMiB, 8, 2), Algorithm::hierarchical);
+  EXPECT_NE(slow.choose_allgather(64 * kMiB, 8, 2), Algorithm::hierarchical);
 }
 
 // shm reduce-scatter / all-gather (tuning.hpp's formulas, recomputed here): one flag wait per

@@ -80,8 +80,9 @@
 /// Ties go to the earlier of ring, tree, recursive_doubling, rabenseifner, shm, hierarchical.
 ///
 /// Reduce-scatter and all-gather (n = the whole vector, p blocks; the same links, calibration of
-/// the same-named all-reduce and overhead_s; candidates ring, rabenseifner and shm of
-/// auto_algorithms, ties to the earlier; HPCTRAIN_ALLREDUCE_ALGO does not apply to them):
+/// the same-named all-reduce and overhead_s; candidates ring, rabenseifner, shm and
+/// hierarchical of auto_algorithms, ties to the earlier; HPCTRAIN_ALLREDUCE_ALGO does not apply
+/// to them):
 /// - ring reduce-scatter: (p-1)·m·α + (p-1)/p·nβ + (p-1)/p·nγ; all-gather (p-1)·m·α + (p-1)/p·nβ.
 /// - rabenseifner (recursive halving / recursive doubling over the blocks): reduce-scatter
 ///   floor(lg p)·α + (p'-1)/p'·nβ + (p'-1)/p'·nγ + fold_rs, all-gather floor(lg p)·α +
@@ -90,6 +91,11 @@
 /// - shm (one node only, segment s = shm_segment_bytes): reduce-scatter ⌈n/s⌉·σ + nβ_shm +
 ///   (p-1)/p·nγ (the whole input staged, the own block reduced from p copies); all-gather
 ///   ⌈n/(p·s)⌉·σ + nβ_shm (the own block staged, the others copied out).
+/// - hierarchical (N >= 2 nodes of k > 1 ranks each, p = N·k; else +infinity): the shm formula
+///   above for n bytes over k ranks, then the better of the ring and the halving / doubling
+///   formulas for the part, n/k bytes, over N ranks with β_inter·k (the k ranks of a node share
+///   its link); the all-gather adds n/k·β_shm (its part copied into place). The two steps run
+///   one after the other.
 /// HPCTRAIN_ALLREDUCE_ALGO (or a non-automatic `allreduce_algorithm`) bypasses the model;
 /// HPCTRAIN_AUTO_ALGOS restricts the candidates.
 
@@ -299,12 +305,14 @@ struct Tuning {
   /// predict_allreduce_s (ring when no candidate can run on the layout).
   Algorithm choose_allreduce(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   /// The cost model's time for a reduce-scatter / all-gather of a `bytes`-byte vector (all p
-  /// blocks) by ring, rabenseifner (halving / doubling) or shm (one node; +infinity over several);
-  /// +infinity for any other algorithm.
+  /// blocks) by ring, rabenseifner (halving / doubling), shm (one node; +infinity over several)
+  /// or hierarchical (nodes of equal size, at least two; +infinity otherwise); +infinity for any
+  /// other algorithm.
   double predict_reduce_scatter_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   double predict_allgather_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   /// What Algorithm::automatic runs for reduce-scatter / all-gather: the cheapest of ring,
-  /// rabenseifner and shm among auto_algorithms (ring when none is a candidate; ties to the earlier).
+  /// rabenseifner, shm and hierarchical among auto_algorithms (ring when none is a candidate;
+  /// ties to the earlier).
   Algorithm choose_reduce_scatter(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   Algorithm choose_allgather(std::size_t bytes, int ranks, int ranks_per_node) const noexcept;
   /// The algorithm among `candidates` (auto_algorithms bits) with the smallest
