@@ -129,13 +129,16 @@ void add_model_data_optimizer_options(CLI::App& train, TrainArgs& a) {
 /// How gradients are combined over the ranks: algorithm, strategy, wire type, buckets.
 void add_gradient_options(CLI::App& train, TrainArgs& a) {
   auto& o = a.options;
-  train.add_option("--algo", a.algo, "Gradient all-reduce algorithm: " + hpctrain::coll::algorithm_names())
+  train.add_option("--algo", a.algo,
+                   "Gradient all-reduce algorithm (ddp): " + hpctrain::coll::algorithm_names() +
+                       "; under zero1/zero2 the reduce-scatter and all-gather algorithm: auto, ring, "
+                       "rabenseifner, shm or hierarchical")
       ->capture_default_str();
   train.add_option("--strategy", o.strategy,
                    "Gradient strategy: ddp (replicated), zero1 (optimiser state sharded over the ranks: "
                    "reduce-scatter, sharded step, all-gather), zero2 (gradients kept as the shard too). "
-                   "zero2 cannot run with --deterministic; zero1/zero2 take no --algo but auto/ring "
-                   "(docs/strategies.md)")
+                   "zero2 cannot run with --deterministic; zero1/zero2 refuse --algo tree, recursive_doubling "
+                   "and mpi (docs/strategies.md)")
       ->capture_default_str();
   train.add_option("--grad-dtype", o.grad_dtype,
                    "Gradients on the wire: f32, bf16 or f16 (16-bit casts, f32 additions, f32 master "

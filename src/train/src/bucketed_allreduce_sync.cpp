@@ -12,9 +12,9 @@ struct BucketedAllreduceSync::Pass : TrainingPass {};
 
 BucketedAllreduceSync::BucketedAllreduceSync(coll::Communicator& comm, models::Sequential<float>& model,
                                              DataParallelOptions options, Timeline* timeline, ReduceEvery every,
-                                             std::function<void()> on_reduced)
+                                             std::function<void()> between_micro_batches)
     : model_(model), trainable_(optimiser_mask(model)), rank_(comm.rank()), ranks_(comm.size()), timeline_(timeline), data_parallel_(comm, model, options, timeline),
-      pass_(std::make_unique<Pass>()), every_(every), on_reduced_(std::move(on_reduced)) {}
+      pass_(std::make_unique<Pass>()), every_(every), between_micro_batches_(std::move(between_micro_batches)) {}
 
 BucketedAllreduceSync::~BucketedAllreduceSync() = default;
 
@@ -26,10 +26,9 @@ void BucketedAllreduceSync::begin_step(const OptimizerStep& step) {
   waited_s_ = 0.0;
 }
 
-void BucketedAllreduceSync::reduced_micro_batch() {
+void BucketedAllreduceSync::wait_for_reduction() {
   waited_s_ += data_parallel_.finish();
   record_overlap();
-  if (on_reduced_) on_reduced_();
 }
 
 void BucketedAllreduceSync::record_overlap() {
@@ -42,11 +41,15 @@ void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
   using Clock = std::chrono::steady_clock;
   const bool last = ++micro_ == step_.batch_sizes.size();
   const bool every = every_ == ReduceEvery::micro_batch;
-  // The previous micro-batch's reduction must be done (and its blocks taken) before this one's
-  // backward adds into the same buffer.
+  // The previous micro-batch's reduction must be done (and the buffer prepared) before this
+  // one's backward adds into the same buffer.
   if (every && micro_ > 1) {
-    reduced_micro_batch();
-    model_.zero_gradients();
+    wait_for_reduction();
+    if (between_micro_batches_) {
+      between_micro_batches_();
+    } else {
+      model_.zero_gradients();
+    }
   }
   data_parallel_.begin_step(/*sync=*/last || every);
   const auto t_forward = Clock::now();
@@ -67,7 +70,7 @@ void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
 }
 
 double BucketedAllreduceSync::finish_step() {
-  reduced_micro_batch();
+  wait_for_reduction();
   return waited_s_;
 }
 

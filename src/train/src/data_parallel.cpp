@@ -108,7 +108,7 @@ void DataParallel::launch(std::size_t bucket) {
     data = wire_[bucket].data();
   }
   if (options_.reduction == BucketReduction::reduce_scatter) {
-    work_.push_back(comm_.ireduce_scatter_in_place(data, n, type, coll::ReduceOp::sum));
+    work_.push_back(comm_.ireduce_scatter_in_place(data, n, type, coll::ReduceOp::sum, options_.algorithm));
   } else {
     work_.push_back(comm_.iallreduce(data, data, n, type, coll::ReduceOp::sum, options_.algorithm));
   }

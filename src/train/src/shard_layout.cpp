@@ -14,8 +14,6 @@ namespace {
 
 using Pair = std::pair<std::int64_t, std::int64_t>;
 
-Pair global_range(const ShardRange& r) { return {r.global_offset, r.global_offset + r.count}; }
-Pair local_range(const ShardRange& r) { return {r.local_offset, r.local_offset + r.count}; }
 
 /// dst[0, count) = src[0, count) within one view, where the two ranges may overlap.
 void move_within(const core::Vec<float>& v, std::int64_t from, std::int64_t to, std::int64_t count) {
@@ -72,15 +70,15 @@ ShardRange ShardLayout::slice_of(std::int64_t offset, std::int64_t count) const 
   return ShardRange{offset, 0, 0};
 }
 
-void ShardLayout::accumulate(const core::Vec<float>& full, const core::Vec<float>& shard) const {
-  for (const ShardRange& r : ranges_) {
-    if (r.count == 0) continue;
-    const auto from = Kokkos::subview(full, global_range(r));
-    const auto to = Kokkos::subview(shard, local_range(r));
-    Kokkos::parallel_for(
-        "hpctrain::ShardLayout::accumulate", Kokkos::RangePolicy<>(0, r.count),
-        KOKKOS_LAMBDA(const std::int64_t i) { to(i) += from(i); });
+void ShardLayout::clear_unowned(const core::Vec<float>& full) const {
+  std::int64_t from = 0;  // the first element not yet kept or cleared
+  for (const std::size_t i : ascending_) {
+    if (ranges_[i].count == 0) continue;
+    if (ranges_[i].global_offset > from) Kokkos::deep_copy(Kokkos::subview(full, Pair{from, ranges_[i].global_offset}), 0.0f);
+    from = ranges_[i].global_offset + ranges_[i].count;
   }
+  const auto end = static_cast<std::int64_t>(full.extent(0));
+  if (end > from) Kokkos::deep_copy(Kokkos::subview(full, Pair{from, end}), 0.0f);
 }
 
 }  // namespace hpctrain::train

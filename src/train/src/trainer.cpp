@@ -52,10 +52,13 @@ void validate_strategy(const TrainOptions& o) {
                    "--strategy zero2 cannot run with --deterministic: the tree sum keeps every micro-shard's whole "
                    "gradient, so there is no gradient shard to keep (use --strategy zero1, whose bytes equal ddp's)");
   const coll::Algorithm a = o.parallel.algorithm;
-  HPCTRAIN_REQUIRE(!zero || o.deterministic || a == coll::Algorithm::automatic || a == coll::Algorithm::ring,
+  const bool scatter_gather_algo = a == coll::Algorithm::automatic || a == coll::Algorithm::ring ||
+                                   a == coll::Algorithm::rabenseifner || a == coll::Algorithm::shm ||
+                                   a == coll::Algorithm::hierarchical;
+  HPCTRAIN_REQUIRE(!zero || o.deterministic || scatter_gather_algo,
                    "--algo " + std::string(coll::to_string(a)) + " cannot be used with --strategy " + o.strategy +
-                       ": it chooses the all-reduce, and " + o.strategy +
-                       " reduce-scatters and all-gathers with the ring (use --algo auto or ring)");
+                       ": " + o.strategy + " reduce-scatters gradients and all-gathers parameters, which have no " +
+                       std::string(coll::to_string(a)) + " algorithm (use auto, ring, rabenseifner, shm or hierarchical)");
 }
 
 coll::DataType wire_type(const std::string& grad_dtype) {

@@ -18,15 +18,18 @@ namespace hpctrain::train {
 namespace {
 
 std::unique_ptr<GradientSync> make_inner(coll::Communicator& comm, models::Sequential<float>& model,
-                                         const ZeroOptions& o, Timeline* timeline, const ShardLayout& layout,
-                                         const core::Vec<float>& grad_shard) {
+                                         const ZeroOptions& o, Timeline* timeline, const ShardLayout& layout) {
   if (o.deterministic) return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, timeline);
   DataParallelOptions p = o.parallel;
   p.reduction = BucketReduction::reduce_scatter;
   if (o.stage == 1) return std::make_unique<BucketedAllreduceSync>(comm, model, p, timeline);
+  // zero2: every micro-batch is reduce-scattered; this rank's summed blocks stay where the
+  // reduce-scatter left them and everything else is cleared, so the next backward adds its
+  // gradient onto the sum in the owned blocks and onto zeros elsewhere, and the next
+  // reduce-scatter gives the owner sum + Σ this micro-batch. No second buffer.
   const core::Vec<float> grads = model.gradient_buffer();
   return std::make_unique<BucketedAllreduceSync>(comm, model, p, timeline, ReduceEvery::micro_batch,
-                                                 [&layout, grads, grad_shard] { layout.accumulate(grads, grad_shard); });
+                                                 [&layout, grads] { layout.clear_unowned(grads); });
 }
 
 }  // namespace
@@ -46,14 +49,9 @@ ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, c
                    "whole gradient, so there is no gradient shard to keep): use --strategy zero1");
   const std::pair<std::int64_t, std::int64_t> front{0, layout_.shard_count()};
   // The shards live at the front of the model's own buffers (ShardLayout::compact): no copies.
-  // zero2's gradient shard must outlive the backward of later micro-batches: its own buffer.
   param_shard_ = Kokkos::subview(model.parameter_buffer(), front);
-  if (options.stage == 2) {
-    grad_shard_ = core::Vec<float>("hpctrain::ZeroSync::grad_shard", static_cast<std::size_t>(layout_.shard_count()));
-  } else {
-    grad_shard_ = Kokkos::subview(model.gradient_buffer(), front);
-  }
-  inner_ = make_inner(comm, model, options_, timeline, layout_, grad_shard_);
+  grad_shard_ = Kokkos::subview(model.gradient_buffer(), front);
+  inner_ = make_inner(comm, model, options_, timeline, layout_);
   // The optimiser steps the shard: the model's trainable mask, compacted as the parameters are.
   if (model.has_state()) {
     const core::Vec<float> mask = model.trainable_mask();
@@ -63,7 +61,7 @@ ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, c
   }
   // Deterministic mode has the whole summed gradient, state slots included, on every rank.
   if (!options.deterministic && model.has_state()) {
-    state_sums_ = std::make_unique<SharedStateSums>(model, layout_, /*shard_is_full=*/options.stage == 1);
+    state_sums_ = std::make_unique<SharedStateSums>(model, layout_);
   }
 }
 
@@ -71,20 +69,18 @@ ZeroSync::~ZeroSync() = default;
 
 void ZeroSync::begin_step(const OptimizerStep& step) {
   inner_->begin_step(step);
-  if (options_.stage == 2) Kokkos::deep_copy(grad_shard_, 0.0f);
   record_ = timeline_ != nullptr && timeline_->enabled();
 }
 
 double ZeroSync::finish_step() {
-  // zero1: this rank's blocks of the summed gradient are in the model's gradient buffer at
-  // their places (apply() moves them to its front); zero2's on_reduced has already added them
-  // into the shard. Deterministic mode has the whole exact gradient.
+  // This rank's blocks of the summed gradient are in the model's gradient buffer at their
+  // places (apply() moves them to its front); zero2 has summed every micro-batch into them.
+  // Deterministic mode has the whole exact gradient.
   return inner_->finish_step();
 }
 
 std::int64_t ZeroSync::count_nonfinite_gradient() const {
   if (options_.deterministic) return count_nonfinite_in_my_block(model_.gradient_buffer(), comm_.rank(), comm_.size());
-  if (options_.stage == 2) return core::count_nonfinite(grad_shard_);
   std::int64_t bad = 0;
   for (const ShardRange& r : layout_.ranges()) {
     if (r.count == 0) continue;
@@ -98,10 +94,7 @@ double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip
   // The state slots' sums to every rank (out of the shard, so the norm below leaves them out),
   // then the running statistics of the whole model, on every rank, as ddp does.
   double waited = 0;
-  if (state_sums_) {
-    const core::Vec<float> shard = options_.stage == 1 ? model_.gradient_buffer() : grad_shard_;
-    waited += state_sums_->share(comm_, shard, model_.gradient_buffer());
-  }
+  if (state_sums_) waited += state_sums_->share(comm_, model_.gradient_buffer());
   model_.update_state();  // leaves the state's gradient slots zero: the norm below leaves them out
   if (options_.deterministic) {
     // The whole exact gradient is on every rank: the norm as ddp --deterministic takes it,
@@ -109,7 +102,7 @@ double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip
     if (clip_norm > 0) core::clip_grad_norm(model_.gradient_buffer(), clip_norm);
     layout_.compact(model_.gradient_buffer());
   } else {
-    if (options_.stage == 1) layout_.compact(model_.gradient_buffer());
+    layout_.compact(model_.gradient_buffer());
     if (clip_norm > 0) {
       core::clip_grad_norm(grad_shard_, clip_norm, [this](double local) {
         comm_.allreduce(&local, 1, coll::ReduceOp::sum);
@@ -135,7 +128,8 @@ double ZeroSync::all_gather_parameters() {
   std::vector<coll::Work> work;
   work.reserve(buckets_.size());
   for (const GradientBucket& b : buckets_) {
-    work.push_back(comm_.iallgather_in_place(params + b.offset, static_cast<std::size_t>(b.count), coll::DataType::f32));
+    work.push_back(comm_.iallgather_in_place(params + b.offset, static_cast<std::size_t>(b.count), coll::DataType::f32,
+                                             options_.parallel.algorithm));
   }
   for (auto& w : work) w.wait();
   const auto end = std::chrono::steady_clock::now();
@@ -147,9 +141,8 @@ double ZeroSync::all_gather_parameters() {
 
 GradientSync::HeldBytes ZeroSync::held_bytes() const {
   const auto full = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
-  const auto shard = static_cast<std::uint64_t>(layout_.shard_count()) * sizeof(float);
   const std::uint64_t state = (state_sums_ ? state_sums_->bytes() : 0) + trainable_shard_.extent(0) * sizeof(float);
-  return HeldBytes{full, (options_.stage == 2 ? full + shard : full) + state};
+  return HeldBytes{full, full + state};
 }
 
 }  // namespace hpctrain::train

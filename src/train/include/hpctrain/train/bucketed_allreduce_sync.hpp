@@ -8,8 +8,9 @@
 ///
 /// ZeroSync reuses it for the gradient half of ZeRO: with BucketReduction::reduce_scatter
 /// each rank keeps only its blocks of the sum, and with ReduceEvery::micro_batch (zero2) every
-/// micro-batch is reduced on its own and handed to `on_reduced` (which adds this rank's blocks
-/// into its gradient shard) before the next micro-batch's backward reuses the buffer.
+/// micro-batch is reduced on its own; before the next micro-batch's backward adds into the same
+/// buffer, `between_micro_batches` prepares it (zero2: ShardLayout::clear_unowned, so the
+/// summed blocks stay and the rest is zero). Without it the buffer is zeroed.
 
 #include <chrono>
 #include <functional>
@@ -28,7 +29,7 @@ class BucketedAllreduceSync final : public GradientSync {
  public:
   BucketedAllreduceSync(coll::Communicator& comm, models::Sequential<float>& model, DataParallelOptions options,
                         Timeline* timeline, ReduceEvery every = ReduceEvery::step,
-                        std::function<void()> on_reduced = {});
+                        std::function<void()> between_micro_batches = {});
   ~BucketedAllreduceSync() override;
 
   void begin_step(const OptimizerStep& step) override;
@@ -42,7 +43,7 @@ class BucketedAllreduceSync final : public GradientSync {
 
  private:
   struct Pass;  // the forward/backward workspace (device_batch.hpp)
-  void reduced_micro_batch();  // waits for the buckets, hands them to on_reduced_
+  void wait_for_reduction();  // waits for the buckets and records their overlap
   void record_overlap();
 
   models::Sequential<float>& model_;
@@ -52,7 +53,7 @@ class BucketedAllreduceSync final : public GradientSync {
   DataParallel data_parallel_;
   std::unique_ptr<Pass> pass_;
   ReduceEvery every_;
-  std::function<void()> on_reduced_;
+  std::function<void()> between_micro_batches_;
   OptimizerStep step_;
   std::size_t micro_ = 0;
   double loss_ = 0.0;

@@ -4,7 +4,7 @@
 /// gradient bucket (plan_gradient_buckets) is cut into the balanced partition of P blocks
 /// (coll::balanced_block: lengths differ by at most one, no padding), and rank r owns block r
 /// of each bucket. The rank's shard is the concatenation of its blocks in order of their place
-/// in the buffer; its optimiser state, and under zero2 its gradient, are stored in that order
+/// in the buffer; its optimiser state is stored in that order
 /// (so compact() can move the blocks to the buffer's front in place). A tensor lies
 /// inside one bucket, so a rank owns one contiguous slice (possibly empty) of each tensor.
 /// Shards sum to the whole buffer: sum over r of shard_count() = parameter count.
@@ -37,8 +37,10 @@ class ShardLayout {
   /// (count 0 when none).
   ShardRange slice_of(std::int64_t offset, std::int64_t count) const;
 
-  /// shard[local] += full[global] over every range (device views).
-  void accumulate(const core::Vec<float>& full, const core::Vec<float>& shard) const;
+  /// Zeroes every element of `full` this rank does not own (its own blocks keep their values
+  /// at their places): zero2's hand-over between micro-batches, so the next backward adds onto
+  /// the summed shard and onto zeros elsewhere.
+  void clear_unowned(const core::Vec<float>& full) const;
   /// In place: moves this rank's elements of `full` to its front, full[local] = full[global]
   /// (elements outside the shard are overwritten), so the first shard_count() elements are the
   /// shard with no second buffer. A block whose source and destination overlap goes through a

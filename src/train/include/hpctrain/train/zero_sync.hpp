@@ -11,8 +11,10 @@
 ///     reduce-scattered in place (coll::Communicator::ireduce_scatter_in_place, launched from
 ///     the backward hook, overlapped with the rest of backward) instead of all-reduced. zero1
 ///     reduces once per step (earlier micro-batches accumulate in the full gradient buffer);
-///     zero2 reduces every micro-batch and accumulates only its own blocks, in a shard-sized
-///     buffer, so the gradient kept across micro-batches is the shard.
+///     zero2 reduces every micro-batch and keeps only its own summed blocks across
+///     micro-batches, at their places in the model's gradient buffer (the rest is cleared,
+///     ShardLayout::clear_unowned), so the gradient kept across micro-batches is the shard and
+///     no second buffer is needed.
 ///   - apply(), models with state (batch norm's running statistics, docs/models.md): the
 ///     state entries' summed gradient slots, spread over the shards, are all-reduced (each
 ///     rank's owned slots, zeros elsewhere: the owner's value on every rank, bit for bit;
@@ -21,8 +23,8 @@
 ///     so the statistics are identical on every rank and the optimiser cannot move them.
 ///   - apply(): the owned gradient is clipped by the global norm (the shards' sums of squares
 ///     all-reduced), the owned parameters are moved in place to the front of the parameter
-///     buffer (ShardLayout::compact; zero1 does the same with the gradient, so neither needs a
-///     second buffer), the optimiser steps them with the sharded state, they are moved back, and each
+///     buffer (ShardLayout::compact; the same with the gradient, so neither needs a second
+///     buffer), the optimiser steps them with the sharded state, they are moved back, and each
 ///     bucket's parameters are all-gathered in place (iallgather_in_place, all buckets queued
 ///     at once, waited for before apply() returns).
 ///
@@ -69,8 +71,7 @@ class ZeroSync final : public GradientSync {
   double finish_step() override;
   double step_loss() const override { return inner_->step_loss(); }
   /// deterministic: this rank's balanced block of the whole tree-summed gradient (every rank has it);
-  /// zero2: the shard; zero1: the owned blocks at their places in the gradient buffer (apply()
-  /// compacts them).
+  /// otherwise the owned blocks at their places in the gradient buffer (apply() compacts them).
   std::int64_t count_nonfinite_gradient() const override;
   double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
   bool overlap_observed() const override { return inner_->overlap_observed(); }
@@ -87,7 +88,7 @@ class ZeroSync final : public GradientSync {
   std::vector<GradientBucket> buckets_;
   ShardLayout layout_;
   core::Vec<float> param_shard_;  ///< the parameter buffer's front, where compact() puts the shard
-  core::Vec<float> grad_shard_;   ///< zero1: the gradient buffer's front; zero2: its own buffer
+  core::Vec<float> grad_shard_;   ///< the gradient buffer's front, where compact() puts the shard
   core::Vec<float> trainable_shard_;  ///< the optimiser's mask of the shard (empty: no state)
   std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or tree sum
   std::unique_ptr<SharedStateSums> state_sums_;  ///< models with state, not deterministic
