@@ -5,13 +5,13 @@
 //          [--global_batch=128] [--epochs=N [--max_steps=N]] [--data=TRAIN.h5] [--eval_data=TEST.h5]
 //          [--lr=0.05] [--momentum=0.9] [--seed=42] [--init_seed=N] [--algo=auto] [--deterministic=0|1|0,1]
 //          [--micro_shard=16] [--strategies=ddp,zero1,zero2] [--optimizer=sgd|adamw]
-//          [--grad_dtype=f32|bf16|f16] [Google Benchmark flags]
+//          [--grad_dtype=f32|bf16|f16 [--error_feedback=0|1]] [Google Benchmark flags]
 //
 // One benchmark per model and deterministic setting, `train/<model>/P:<ranks>` and, with
 // --deterministic=1 (or 0,1: both, in the same run), `train/<model>/P:<ranks>/deterministic`
 // (`hpctrain train --deterministic --micro-shard N`; docs/deterministic.md); a strategy other
 // than ddp (--strategies, docs/strategies.md) appends `/<strategy>`, a --grad_dtype other than
-// f32 `/<dtype>`. A --models entry ending in `.json` is a model config file (e.g. a wide MLP
+// f32 `/<dtype>` (and `/ef` with --error_feedback=1: `hpctrain train --grad-error-feedback`). A --models entry ending in `.json` is a model config file (e.g. a wide MLP
 // for the memory counters), named by its file name. Google Benchmark
 // appends `/iterations:N/manual_time`. --seed is the epoch order's seed (`hpctrain train --seed`);
 // --init_seed, when given, replaces the model config's "seed" (its initial parameters; default
@@ -101,6 +101,7 @@ struct Options {
   std::vector<std::string> strategies{"ddp"};
   std::string optimizer = "sgd";
   std::string grad_dtype = "f32";
+  bool error_feedback = false;
 };
 
 std::vector<std::string> split_list(const std::string& text, const std::string& what) {
@@ -176,6 +177,7 @@ Options parse_options(int& argc, char** argv) {
   if (auto v = take_flag(argc, argv, "strategies")) o.strategies = split_list(*v, "strategies");
   if (auto v = take_flag(argc, argv, "optimizer")) o.optimizer = *v;
   if (auto v = take_flag(argc, argv, "grad_dtype")) o.grad_dtype = *v;
+  if (auto v = take_flag(argc, argv, "error_feedback")) o.error_feedback = parse_count(*v, "error_feedback", 0) != 0;
   HPCTRAIN_REQUIRE(o.steps > 0 || o.epochs > 0, "steps=0 needs epochs=N (epochs mode)");
   if (o.steps > 0) o.epochs = 0;  // steps mode wins
   return o;
@@ -224,6 +226,7 @@ void bench_training(benchmark::State& state, const Options& o, const std::string
   t.strategy = strategy;
   t.optimizer = o.optimizer;
   t.grad_dtype = o.grad_dtype;
+  t.grad_error_feedback = o.error_feedback;
   t.data = o.data;
   t.global_batch = o.global_batch;
   t.lr = o.lr;
@@ -292,7 +295,7 @@ void bench_training(benchmark::State& state, const Options& o, const std::string
     state.counters["test_loss"] = benchmark::Counter(last.eval.loss);
     state.counters["epochs"] = benchmark::Counter(static_cast<double>(last.epochs_completed));
   }
-  state.SetLabel(model + " " + strategy + " " + o.optimizer + " grad_dtype=" + o.grad_dtype + (deterministic ? " deterministic micro_shard=" + std::to_string(o.micro_shard) : "") + " P=" + std::to_string(comm.size()) + " B=" + std::to_string(o.global_batch) +
+  state.SetLabel(model + " " + strategy + " " + o.optimizer + " grad_dtype=" + o.grad_dtype + (o.error_feedback ? " error_feedback" : "") + (deterministic ? " deterministic micro_shard=" + std::to_string(o.micro_shard) : "") + " P=" + std::to_string(comm.size()) + " B=" + std::to_string(o.global_batch) +
                  (o.epochs > 0 ? " epochs=" + std::to_string(o.epochs) +
                                      (o.max_steps > 0 ? " max_steps=" + std::to_string(o.max_steps) : "")
                                : " steps=" + std::to_string(o.steps)));
@@ -311,7 +314,7 @@ int run(int& argc, char** argv) {
       for (const std::string& strategy : o.strategies) {
         const std::string name = "train/" + model_name + "/P:" + std::to_string(comm.size()) +
                                  (deterministic ? "/deterministic" : "") + (strategy == "ddp" ? "" : "/" + strategy) +
-                                 (o.grad_dtype == "f32" ? "" : "/" + o.grad_dtype);
+                                 (o.grad_dtype == "f32" ? "" : "/" + o.grad_dtype) + (o.error_feedback ? "/ef" : "");
         benchmark::RegisterBenchmark(name.c_str(), [&o, model, deterministic, strategy, &comm](benchmark::State& s) {
           bench_training(s, o, model, deterministic, strategy, comm);
         })

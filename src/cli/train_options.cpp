@@ -144,6 +144,9 @@ void add_gradient_options(CLI::App& train, TrainArgs& a) {
                    "Gradients on the wire: f32, bf16 or f16 (16-bit casts, f32 additions, f32 master "
                    "weights); not with --deterministic")
       ->capture_default_str();
+  train.add_flag("--grad-error-feedback", o.grad_error_feedback,
+                 "With --grad-dtype bf16|f16: each rank keeps the rounding error of its gradient cast and "
+                 "adds it to the next step's (error feedback; 4 bytes per parameter; not checkpointed)");
   train.add_option("--bucket-mb", a.bucket_mb, "Gradient bucket size in MiB (the first bucket is smaller)")
       ->capture_default_str();
   train.add_option("--first-bucket-mb", a.first_bucket_mb, "Size of the first gradient bucket in MiB")

@@ -8,6 +8,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "hpctrain/collectives/communicator.hpp"
@@ -77,6 +79,59 @@ TEST(DataParallel, AccumulationStepsDoNotCommunicate) {
   dp.backward_hook()(0);
   EXPECT_EQ(dp.finish(), 0.0);
   EXPECT_EQ(core::to_host(buffers.gradients), host);  // this rank's own gradient, unchanged
+}
+
+// Error feedback (--grad-error-feedback) on a 16-bit wire: what a rank has sent over K steps sums
+// to what it computed, up to one rounding. Rank 0 sends g_i = 1 + k·u/8 (u = the wire type's
+// ulp at 1, k = 1..7: most round away) and every other rank zeros, so every addition inside the
+// reduction is exact and each step's result is rank 0's cast value at any P. With feedback the
+// K results sum to K·g_i within half an ulp; without it they lose K·|g_i − cast(g_i)| (up to
+// K·u/2), which the same bound must catch.
+TEST(DataParallel, ErrorFeedbackSendsWhatWasComputed) {
+  coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
+  constexpr int kSteps = 64;
+  for (const coll::DataType type : {coll::DataType::bf16, coll::DataType::f16}) {
+    const double ulp = type == coll::DataType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+    std::size_t feedback_bad = 0, plain_bad = 0;
+    for (const bool feedback : {true, false}) {
+      train::ParameterBuffers buffers = make_buffers();
+      train::DataParallelOptions options;
+      options.first_bucket_bytes = 4096;
+      options.bucket_bytes = 1024;
+      options.wire_type = type;
+      options.error_feedback = feedback;
+      train::DataParallel dp(comm, buffers, options);
+      EXPECT_EQ(dp.residual_bytes(), feedback ? static_cast<std::uint64_t>(buffers.count()) * 4 : 0u);
+      std::vector<float> g(static_cast<std::size_t>(buffers.count()), 0.0f);
+      if (comm.rank() == 0) {
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(1.0 + static_cast<double>(i % 7 + 1) * ulp / 8);
+      }
+      std::vector<double> sent(g.size(), 0.0);
+      for (int step = 0; step < kSteps; ++step) {
+        core::from_host(buffers.gradients, g);
+        dp.begin_step(/*sync=*/true);
+        dp.finish();
+        const std::vector<float> out = core::to_host(buffers.gradients);
+        for (std::size_t i = 0; i < out.size(); ++i) sent[i] += out[i];
+      }
+      std::vector<float> g0(g.size());  // rank 0's gradient: the sum over ranks
+      for (std::size_t i = 0; i < g0.size(); ++i) g0[i] = static_cast<float>(1.0 + static_cast<double>(i % 7 + 1) * ulp / 8);
+      for (std::size_t i = 0; i < g0.size(); ++i) {
+        if (std::fabs(sent[i] - kSteps * static_cast<double>(g0[i])) > ulp / 2) ++(feedback ? feedback_bad : plain_bad);
+      }
+    }
+    EXPECT_EQ(feedback_bad, 0u) << coll::to_string(type) << ": with error feedback the sent values must sum to the computed ones";
+    EXPECT_GT(plain_bad, 0u) << coll::to_string(type) << ": without it the check must fail (else it checks nothing)";
+  }
+  // f32 has no rounding to feed back: refused, naming the flag.
+  train::DataParallelOptions f32;
+  f32.error_feedback = true;
+  try {
+    train::DataParallel dp(comm, make_buffers(), f32);
+    ADD_FAILURE() << "error feedback on an f32 wire was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--grad-error-feedback needs --grad-dtype bf16 or f16"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // --grad-dtype bf16|f16: gradients cross the wire in 16 bits (f32 additions inside the
 // reduction, f32 master weights). The accuracy check of tests/train/train_mpi_test.cpp (an MLP
 // after 2 epochs on a 4096-sample Fashion-MNIST subset reaches >= 0.72; a working one gets
-// about 0.78-0.80) must hold within 0.5 points with bf16, under ddp and zero1, and a
+// about 0.78-0.80) must hold within 0.5 points with bf16, under ddp (also with error feedback)
+// and zero1, and a
 // deliberately wrong cast (exponent truncated to its low 5 bits) must fail it.
 
 #include <gtest/gtest.h>
@@ -47,7 +48,8 @@ train::TrainOptions options(const std::string& strategy, const std::string& grad
 double accuracy(coll::Communicator& comm, const train::TrainOptions& o) {
   const auto r = train::run_training(o, comm);
   if (comm.rank() == 0) {
-    std::printf("%s --grad-dtype %s%s at P=%d: test accuracy %.4f\n", o.strategy.c_str(), o.grad_dtype.c_str(),
+    std::printf("%s --grad-dtype %s%s%s at P=%d: test accuracy %.4f\n", o.strategy.c_str(), o.grad_dtype.c_str(),
+                o.grad_error_feedback ? " --grad-error-feedback" : "",
                 o.parallel.wire_cast == train::WireCast::truncated_exponent_test ? " (wrong cast)" : "", comm.size(),
                 r.eval.accuracy);
   }
@@ -59,6 +61,9 @@ TEST(GradDtype, Bf16GradientsKeepTheAccuracyOfF32) {
   EXPECT_GE(accuracy(comm, options("ddp", "f32")), kF32Threshold);
   EXPECT_GE(accuracy(comm, options("ddp", "bf16")), kThreshold);
   EXPECT_GE(accuracy(comm, options("zero1", "bf16")), kThreshold);
+  train::TrainOptions feedback = options("ddp", "bf16");
+  feedback.grad_error_feedback = true;  // --grad-error-feedback
+  EXPECT_GE(accuracy(comm, feedback), kThreshold);
 }
 
 TEST(GradDtype, AWrongCastFailsTheAccuracyCheck) {

@@ -79,7 +79,11 @@ double BucketedAllreduceSync::apply(core::Optimizer<float>& optimizer, double lr
   return 0.0;
 }
 
-GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const { return full_gradient_held_bytes(model_, trainable_); }
+GradientSync::HeldBytes BucketedAllreduceSync::held_bytes() const {
+  HeldBytes held = full_gradient_held_bytes(model_, trainable_);
+  held.gradients += data_parallel_.residual_bytes();
+  return held;
+}
 
 std::int64_t BucketedAllreduceSync::count_nonfinite_gradient() const {
   return count_nonfinite_in_my_block(model_.gradient_buffer(), rank_, ranks_);

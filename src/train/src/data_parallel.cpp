@@ -71,7 +71,18 @@ DataParallel::DataParallel(coll::Communicator& comm, ParameterBuffers buffers, D
       buffers_(std::move(buffers)),
       options_(options),
       timeline_(timeline),
-      buckets_(plan_gradient_buckets(buffers_.tensors, options_)) {}
+      buckets_(plan_gradient_buckets(buffers_.tensors, options_)) {
+  HPCTRAIN_REQUIRE(!options_.error_feedback || options_.wire_type != coll::DataType::f32,
+                   "--grad-error-feedback needs --grad-dtype bf16 or f16: f32 gradients are sent unrounded");
+}
+
+std::uint64_t DataParallel::residual_bytes() const noexcept {
+  std::uint64_t bytes = 0;
+  if (options_.error_feedback) {
+    for (const GradientBucket& b : buckets_) bytes += static_cast<std::uint64_t>(b.count) * sizeof(float);
+  }
+  return bytes;
+}
 
 void DataParallel::broadcast_parameters() { train::broadcast_parameters(comm_, buffers_); }
 
@@ -104,7 +115,14 @@ void DataParallel::launch(std::size_t bucket) {
   if (type != coll::DataType::f32) {
     if (wire_.size() <= bucket) wire_.resize(buckets_.size());
     wire_[bucket].resize(n);
-    pack_wire(static_cast<const float*>(data), wire_[bucket].data(), n, type, options_.wire_cast);
+    if (options_.error_feedback) {
+      if (residual_.size() <= bucket) residual_.resize(buckets_.size());
+      residual_[bucket].resize(n, 0.0f);  // zero before the first cast
+      pack_wire_with_feedback(static_cast<float*>(data), residual_[bucket].data(), wire_[bucket].data(), n, type,
+                              options_.wire_cast);
+    } else {
+      pack_wire(static_cast<const float*>(data), wire_[bucket].data(), n, type, options_.wire_cast);
+    }
     data = wire_[bucket].data();
   }
   if (options_.reduction == BucketReduction::reduce_scatter) {

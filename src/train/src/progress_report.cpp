@@ -173,6 +173,7 @@ void ProgressReport::print_summary(const TrainResult& r) {
                                {"preempted", r.preempted}, {"eval_accuracy", r.eval.accuracy},
                                {"skipped_steps", r.skipped_steps},
                                {"strategy", options_.strategy}, {"grad_dtype", options_.grad_dtype},
+                               {"grad_error_feedback", options_.grad_error_feedback},
                                {"optimizer_state_bytes", r.memory.optimizer_state_bytes},
                                {"gradient_bytes", r.memory.gradient_bytes},
                                {"parameter_bytes", r.memory.parameter_bytes},

@@ -48,6 +48,9 @@ void validate_strategy(const TrainOptions& o) {
   HPCTRAIN_REQUIRE(o.grad_dtype == "f32" || !o.deterministic,
                    "--grad-dtype " + o.grad_dtype + " cannot be combined with --deterministic: its tree sum adds "
                    "f32 gradients, and a 16-bit gradient would change the bytes (use --grad-dtype f32)");
+  HPCTRAIN_REQUIRE(!o.grad_error_feedback || o.grad_dtype != "f32",
+                   "--grad-error-feedback needs --grad-dtype bf16 or f16: f32 gradients are sent unrounded, so "
+                   "there is no rounding error to feed back");
   HPCTRAIN_REQUIRE(!(o.strategy == "zero2" && o.deterministic),
                    "--strategy zero2 cannot run with --deterministic: the tree sum keeps every micro-shard's whole "
                    "gradient, so there is no gradient shard to keep (use --strategy zero1, whose bytes equal ddp's)");
@@ -117,6 +120,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(const TrainOptions& o, coll::Co
   configure_batch_statistics(o, comm, model);
   DataParallelOptions parallel = o.parallel;
   parallel.wire_type = wire_type(o.grad_dtype);
+  parallel.error_feedback = o.grad_error_feedback;
   if (o.strategy != "ddp") {
     const ZeroOptions zero{o.strategy == "zero2" ? 2 : 1, parallel, o.deterministic, o.micro_shard};
     return std::make_unique<ZeroSync>(comm, model, zero, &timeline);

@@ -35,6 +35,14 @@ void pack_wire(const float* grads, std::uint16_t* wire, std::size_t count, coll:
   }
 }
 
+void pack_wire_with_feedback(float* grads, float* residual, std::uint16_t* wire, std::size_t count,
+                             coll::DataType type, WireCast cast) {
+  for (std::size_t i = 0; i < count; ++i) grads[i] += residual[i];
+  pack_wire(grads, wire, count, type, cast);
+  unpack_wire(wire, residual, count, type);  // then the error: compensated value − what was sent
+  for (std::size_t i = 0; i < count; ++i) residual[i] = grads[i] - residual[i];
+}
+
 void unpack_wire(const std::uint16_t* wire, float* grads, std::size_t count, coll::DataType type) {
   if (type == coll::DataType::bf16) {
     coll::to_float(reinterpret_cast<const coll::bf16*>(wire), grads, count);

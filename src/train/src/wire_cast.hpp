@@ -15,6 +15,11 @@ namespace hpctrain::train {
 /// WireCast::truncated_exponent_test the deliberately wrong cast tests use to show that the
 /// accuracy check can fail (the exponent keeps only its low 5 bits).
 void pack_wire(const float* grads, std::uint16_t* wire, std::size_t count, coll::DataType type, WireCast cast);
+/// Error feedback: grads[i] += residual[i], wire[i] = the cast of that (as pack_wire), and
+/// residual[i] = grads[i] − float(wire[i]), the rounding error the next call adds back.
+/// `grads` is left holding the compensated values.
+void pack_wire_with_feedback(float* grads, float* residual, std::uint16_t* wire, std::size_t count,
+                             coll::DataType type, WireCast cast);
 /// grads[i] = float(wire[i]) (exact).
 void unpack_wire(const std::uint16_t* wire, float* grads, std::size_t count, coll::DataType type);
 

@@ -142,7 +142,9 @@ double ZeroSync::all_gather_parameters() {
 GradientSync::HeldBytes ZeroSync::held_bytes() const {
   const auto full = static_cast<std::uint64_t>(model_.parameter_count()) * sizeof(float);
   const std::uint64_t state = (state_sums_ ? state_sums_->bytes() : 0) + trainable_shard_.extent(0) * sizeof(float);
-  return HeldBytes{full, full + state};
+  // Error feedback's residuals cover every bucket (each rank rounds its whole gradient).
+  const std::uint64_t residual = options_.parallel.error_feedback && !options_.deterministic ? full : 0;
+  return HeldBytes{full, full + state + residual};
 }
 
 }  // namespace hpctrain::train

@@ -53,6 +53,12 @@ struct DataParallelOptions {
   /// result cast back to f32 after the wait).
   coll::DataType wire_type = coll::DataType::f32;
   WireCast wire_cast = WireCast::round_to_nearest;
+  /// Error feedback (16-bit wire types only; Seide et al. 2014, Karimireddy et al. 2019): each
+  /// rank keeps the rounding error of its cast, e = (g + e) − float(wire(g + e)), and adds it to
+  /// the same elements before their next cast, so what this rank has sent sums to what it
+  /// computed, up to one rounding. The reduction's own per-hop roundings are not fed back.
+  /// Costs one f32 residual per gradient element (4 bytes each, counted in gradient_bytes).
+  bool error_feedback = false;
 };
 
 struct GradientBucket {
@@ -87,6 +93,8 @@ class DataParallel {
   double finish();
 
   const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
+  /// Bytes of the error-feedback residuals (0 without error feedback).
+  std::uint64_t residual_bytes() const noexcept;
   /// When each bucket's all-reduce ran in the last synchronised step (for overlap checks).
   const std::vector<std::pair<std::chrono::steady_clock::time_point,
                               std::chrono::steady_clock::time_point>>& last_step_spans() const {
@@ -106,6 +114,7 @@ class DataParallel {
   std::vector<GradientBucket> buckets_;
   std::vector<coll::Work> work_;
   std::vector<std::vector<std::uint16_t>> wire_;  ///< per bucket, for a 16-bit wire type
+  std::vector<std::vector<float>> residual_;      ///< per bucket, with error feedback
   std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>> spans_;
   std::size_t next_bucket_ = 0;
   bool sync_ = true;

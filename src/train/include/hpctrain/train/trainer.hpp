@@ -53,6 +53,9 @@ struct TrainOptions {
   /// Gradients on the wire: f32 | bf16 | f16 (16 bits, f32 additions inside the reduction, f32
   /// master weights). Not with --deterministic (its sum is exact integer fixed point).
   std::string grad_dtype = "f32";
+  /// With a 16-bit grad_dtype: keep each rank's rounding error and add it to the next cast
+  /// (DataParallelOptions::error_feedback). Not checkpointed: a resumed run starts from zero.
+  bool grad_error_feedback = false;
   float normalize_mean = 0.2860f;  ///< Fashion-MNIST training-set mean
   float normalize_std = 0.3530f;
   std::size_t prefetch_depth = 4;
