@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 
 namespace hpctrain::train {
 
@@ -35,8 +36,29 @@ void pack_wire(const float* grads, std::uint16_t* wire, std::size_t count, coll:
   }
 }
 
+namespace {
+
+/// bf16 with feedback in one pass (the common case): the element functions are branch-free, so
+/// the loop vectorises (this file is compiled at -O3, src/train/CMakeLists.txt).
+HPCTRAIN_VECTOR_CLONES void bf16_with_feedback(float* __restrict grads, float* __restrict residual,
+                                               std::uint16_t* __restrict wire, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float x = grads[i] + residual[i];
+    const coll::bf16 sent = coll::to_bf16(x);
+    grads[i] = x;
+    wire[i] = sent.bits;
+    residual[i] = x - coll::to_float(sent);
+  }
+}
+
+}  // namespace
+
 void pack_wire_with_feedback(float* grads, float* residual, std::uint16_t* wire, std::size_t count,
                              coll::DataType type, WireCast cast) {
+  if (type == coll::DataType::bf16 && cast == WireCast::round_to_nearest) {
+    bf16_with_feedback(grads, residual, wire, count);
+    return;
+  }
   for (std::size_t i = 0; i < count; ++i) grads[i] += residual[i];
   pack_wire(grads, wire, count, type, cast);
   unpack_wire(wire, residual, count, type);  // then the error: compensated value − what was sent

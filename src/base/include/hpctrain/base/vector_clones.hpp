@@ -1,5 +1,5 @@
 #pragma once
-// Internal to hpctrain's libraries (collectives, ml): HPCTRAIN_VECTOR_CLONES compiles a hot loop for AVX-512 (x86-64-v4: F/BW/CD/DQ/VL),
+// Internal to hpctrain's libraries (collectives, ml, train): HPCTRAIN_VECTOR_CLONES compiles a hot loop for AVX-512 (x86-64-v4: F/BW/CD/DQ/VL),
 // AVX2 (x86-64-v3) and the baseline, picked at load time by GCC's target_clones (by ISA level,
 // not by CPU model as "arch=<cpu>" would). Every clone does the same IEEE operations in the same
 // order per element, so the bits do not depend on the CPU. Other compilers, and nvcc, get the
