@@ -89,7 +89,10 @@ Tensor<T> Sequential<T>::forward(const Tensor<T>& x, bool train) {
   Shape batched{n};
   batched.insert(batched.end(), input_shape_.begin(), input_shape_.end());
   Tensor<T> h = x.reshaped(batched);
-  for (auto& layer : layers_) h = layer->forward(h, train);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    if (before_layer_forward_) before_layer_forward_(l);
+    h = layers_[l]->forward(h, train);
+  }
   return h;
 }
 

@@ -136,18 +136,20 @@ TEST(Zero, OptimizerStateIsAboutOnePthOfDdps) {
   }
 }
 
-TEST(Zero, ReduceScatterOverlapsBackward) {
+TEST(Zero, ReduceScatterOverlapsBackwardAndAllgatherOverlapsForward) {
   coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
   if (comm.size() == 1) GTEST_SKIP() << "overlap needs more than one rank";
   for (const char* strategy : {"zero1", "zero2"}) {
     train::TrainOptions o = options(strategy, "sgd");
     o.model = {{"name", "cnn"}};
-    o.max_steps = 3;
+    o.max_steps = 6;
     o.global_batch = 32;
     o.parallel.first_bucket_bytes = 64 << 10;
     o.parallel.bucket_bytes = 256 << 10;
     const auto r = train::run_training(o, comm);
     EXPECT_TRUE(r.overlap_observed) << strategy << ": no reduce-scatter started before backward ended";
+    // The parameter all-gather of step s runs while step s+1's forward computes the first layers.
+    EXPECT_TRUE(r.gather_overlap_observed) << strategy << ": no forward layer ran while an all-gather was in flight";
   }
 }
 

@@ -24,6 +24,7 @@ void BucketedAllreduceSync::begin_step(const OptimizerStep& step) {
   micro_ = 0;
   loss_ = 0.0;
   waited_s_ = 0.0;
+  waited_between_micro_batches_s_ = 0.0;
 }
 
 void BucketedAllreduceSync::wait_for_reduction() {
@@ -44,7 +45,9 @@ void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
   // The previous micro-batch's reduction must be done (and the buffer prepared) before this
   // one's backward adds into the same buffer.
   if (every && micro_ > 1) {
+    const double before = waited_s_;
     wait_for_reduction();
+    waited_between_micro_batches_s_ += waited_s_ - before;
     if (between_micro_batches_) {
       between_micro_batches_();
     } else {

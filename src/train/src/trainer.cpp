@@ -216,6 +216,8 @@ struct TrainingLoop {
       io::Prefetcher prefetch(reader, plan, epoch, batch, prefetch_depth);
       while (batch < plan.batches_per_epoch() && step < schedule.total_steps) {
         batch = train_step(prefetch, epoch, batch);
+        // A checkpoint reads every parameter (ZeRO's all-gather may still be in flight).
+        if (!o.checkpoint_dir.empty()) times.comm_exposed_s += sync.await_parameters();
         result.preempted = checkpoints.after_step(step, schedule.total_steps, epoch, batch, model, optimizer);
         if (result.preempted) return;
       }
@@ -243,6 +245,7 @@ struct TrainingLoop {
       times.compute_s += seconds(t_compute, Clock::now());
     }
     times.comm_exposed_s += sync.finish_step();
+    times.compute_s -= sync.waited_inside_accumulate();  // counted as communication, not twice
     if (!step_is_finite(epoch)) {  // skipped: nothing applied, the schedule moves on
       ++step;
       throughput.after_step(step, s.samples(), Clock::now());
@@ -312,6 +315,7 @@ struct TrainingLoop {
 
   /// Collective: the run's totals, checksum and timeline; the closing lines.
   TrainResult finish(Clock::time_point run_start) {
+    times.comm_exposed_s += sync.await_parameters();  // the checksum reads every parameter
     const auto run_end = Clock::now();
     result.samples_per_s = throughput.samples_per_s(comm, run_end);
     result.steps = step;
@@ -325,9 +329,10 @@ struct TrainingLoop {
     const std::vector<float> params = core::to_host(model.parameter_buffer());
     result.parameter_checksum = parameter_checksum(params.data(), params.size());
     if (o.keep_parameters) result.parameters = params;
-    int overlap = sync.overlap_observed() ? 1 : 0;
-    comm.allreduce(&overlap, 1, coll::ReduceOp::max);
-    result.overlap_observed = overlap != 0;
+    int overlap[2] = {sync.overlap_observed() ? 1 : 0, sync.gather_overlap_observed() ? 1 : 0};
+    comm.allreduce(overlap, 2, coll::ReduceOp::max);
+    result.overlap_observed = overlap[0] != 0;
+    result.gather_overlap_observed = overlap[1] != 0;
     result.memory = memory_use();
     if (!o.timeline_path.empty()) write_chrome_trace(timeline, comm, o.timeline_path);
     report.print_summary(result);

@@ -2,7 +2,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,20 +65,39 @@ ZeroSync::ZeroSync(coll::Communicator& comm, models::Sequential<float>& model, c
   if (!options.deterministic && model.has_state()) {
     state_sums_ = std::make_unique<SharedStateSums>(model, layout_);
   }
+  // The parameter all-gathers go in the order the forward needs them: by the bucket's first layer.
+  gather_order_.resize(buckets_.size());
+  for (std::size_t i = 0; i < gather_order_.size(); ++i) gather_order_[i] = i;
+  std::stable_sort(gather_order_.begin(), gather_order_.end(), [this](std::size_t a, std::size_t b) {
+    return buckets_[a].ready_after_layer < buckets_[b].ready_after_layer;
+  });
+  model_.set_before_layer_forward([this](std::size_t layer) { before_layer_forward(layer); });
 }
 
-ZeroSync::~ZeroSync() = default;
+ZeroSync::~ZeroSync() {
+  model_.set_before_layer_forward({});
+  // The model's buffer must not be written after it may be gone: the queued all-gathers end
+  // first (an error there was or will be reported by the call that failed; nothing to add).
+  try {
+    wait_for_parameters(SIZE_MAX);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): destructor; the cause is reported elsewhere
+  }
+}
 
 void ZeroSync::begin_step(const OptimizerStep& step) {
   inner_->begin_step(step);
+  forward_wait_s_ = 0.0;
   record_ = timeline_ != nullptr && timeline_->enabled();
 }
 
 double ZeroSync::finish_step() {
   // This rank's blocks of the summed gradient are in the model's gradient buffer at their
   // places (apply() moves them to its front); zero2 has summed every micro-batch into them.
-  // Deterministic mode has the whole exact gradient.
-  return inner_->finish_step();
+  // Deterministic mode has the whole exact gradient. A rank whose forward did not run (no
+  // samples in the step) still waits for the parameters here.
+  const double reduced = inner_->finish_step();
+  forward_wait_s_ += wait_for_parameters(SIZE_MAX);
+  return reduced + forward_wait_s_;
 }
 
 std::int64_t ZeroSync::count_nonfinite_gradient() const {
@@ -93,7 +114,7 @@ std::int64_t ZeroSync::count_nonfinite_gradient() const {
 double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
   // The state slots' sums to every rank (out of the shard, so the norm below leaves them out),
   // then the running statistics of the whole model, on every rank, as ddp does.
-  double waited = 0;
+  double waited = wait_for_parameters(SIZE_MAX);  // finish_step() has waited already: a no-op
   if (state_sums_) waited += state_sums_->share(comm_, model_.gradient_buffer());
   model_.update_state();  // leaves the state's gradient slots zero: the norm below leaves them out
   if (options_.deterministic) {
@@ -119,24 +140,39 @@ double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip
   optimizer.step(param_shard_, grad_shard_);
   layout_.expand(model_.parameter_buffer());
   Kokkos::fence();
-  return waited + all_gather_parameters();
+  launch_parameter_all_gather();
+  return waited;
 }
 
-double ZeroSync::all_gather_parameters() {
-  const auto start = std::chrono::steady_clock::now();
+void ZeroSync::launch_parameter_all_gather() {
   float* params = model_.parameter_buffer().data();
-  std::vector<coll::Work> work;
-  work.reserve(buckets_.size());
-  for (const GradientBucket& b : buckets_) {
-    work.push_back(comm_.iallgather_in_place(params + b.offset, static_cast<std::size_t>(b.count), coll::DataType::f32,
-                                             options_.parallel.algorithm));
+  gathers_.clear();
+  gathers_done_ = 0;
+  gathers_.reserve(buckets_.size());
+  for (const std::size_t i : gather_order_) {
+    const GradientBucket& b = buckets_[i];
+    gathers_.push_back(comm_.iallgather_in_place(params + b.offset, static_cast<std::size_t>(b.count),
+                                                 coll::DataType::f32, options_.parallel.algorithm));
   }
-  for (auto& w : work) w.wait();
-  const auto end = std::chrono::steady_clock::now();
-  if (record_ && !work.empty()) {
-    timeline_->add(Span{"parameter all-gather", "allgather", 1, work.front().started_at(), work.back().finished_at()});
+}
+
+double ZeroSync::wait_for_parameters(std::size_t layer) {
+  if (gathers_done_ == gathers_.size()) return 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  while (gathers_done_ < gathers_.size() && buckets_[gather_order_[gathers_done_]].ready_after_layer <= layer) {
+    gathers_[gathers_done_++].wait();
   }
-  return std::chrono::duration<double>(end - start).count();
+  if (gathers_done_ == gathers_.size() && record_) {
+    timeline_->add(Span{"parameter all-gather", "allgather", 1, gathers_.front().started_at(), gathers_.back().finished_at()});
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double ZeroSync::await_parameters() { return wait_for_parameters(SIZE_MAX); }
+
+void ZeroSync::before_layer_forward(std::size_t layer) {
+  forward_wait_s_ += wait_for_parameters(layer);
+  if (gathers_done_ < gathers_.size() && !gathers_.back().test()) gather_overlap_observed_ = true;
 }
 
 GradientSync::HeldBytes ZeroSync::held_bytes() const {

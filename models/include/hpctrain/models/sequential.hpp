@@ -52,6 +52,10 @@ class Sequential {
   /// while the earlier layers are still back-propagating.
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad = false,
                      const std::function<void(std::size_t layer)>& on_layer_done = {});
+  /// Called with layer l before layer l's forward, in every forward (training and evaluation)
+  /// until replaced; empty: none. ZeRO waits there for the all-gather of the parameters layer l
+  /// needs, so the all-gather of later layers overlaps with the forward of earlier ones.
+  void set_before_layer_forward(std::function<void(std::size_t layer)> hook) { before_layer_forward_ = std::move(hook); }
   /// Sets the gradient buffer to zero (call once per step, before the first backward).
   void zero_gradients();
   /// Inference only: frees the gradient buffer (the layers forget their views into it), so a
@@ -107,6 +111,7 @@ class Sequential {
   core::Vec<T> params_;
   core::Vec<T> grads_;
   bool finalized_ = false;
+  std::function<void(std::size_t)> before_layer_forward_;
 };
 
 }  // namespace hpctrain::models

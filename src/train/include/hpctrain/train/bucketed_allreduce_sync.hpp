@@ -35,6 +35,7 @@ class BucketedAllreduceSync final : public GradientSync {
   void begin_step(const OptimizerStep& step) override;
   void accumulate(const MicroBatch& micro) override;
   double finish_step() override;
+  double waited_inside_accumulate() const override { return waited_between_micro_batches_s_; }
   double step_loss() const override { return loss_; }
   std::int64_t count_nonfinite_gradient() const override;
   double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
@@ -57,7 +58,8 @@ class BucketedAllreduceSync final : public GradientSync {
   OptimizerStep step_;
   std::size_t micro_ = 0;
   double loss_ = 0.0;
-  double waited_s_ = 0.0;  ///< this step's waits for earlier micro-batches (ReduceEvery::micro_batch)
+  double waited_s_ = 0.0;  ///< this step's waits (ReduceEvery::micro_batch: earlier micro-batches too)
+  double waited_between_micro_batches_s_ = 0.0;  ///< the part of waited_s_ inside accumulate()
   std::chrono::steady_clock::time_point backward_end_{};
   bool last_had_samples_ = false;
   bool overlap_observed_ = false;

@@ -65,8 +65,13 @@ class GradientSync {
   /// micro-batches come in the order of OptimizerStep::batch_sizes); gradients add up.
   virtual void accumulate(const MicroBatch& micro) = 0;
   /// Collective, after the step's last micro-batch: every rank holds the sum over all ranks of
-  /// the gradient (ZeroSync: of its shard of it). Returns the seconds this rank waited for communication (exposed).
+  /// the gradient (ZeroSync: of its shard of it). Returns the seconds this rank waited for
+  /// communication in the step (exposed), those inside accumulate() included.
   virtual double finish_step() = 0;
+  /// The part of finish_step()'s seconds spent inside accumulate() (waits between micro-batches,
+  /// ZeroSync's waits for parameters in forward), so the trainer can count it as communication
+  /// and not also as compute.
+  virtual double waited_inside_accumulate() const { return 0.0; }
   /// This rank's share of the step's mean loss, valid after finish_step(): the shares of all
   /// ranks sum to the mean loss of the step's samples.
   virtual double step_loss() const = 0;
@@ -76,12 +81,21 @@ class GradientSync {
   /// on every rank before apply(); the parts cover the gradient once.
   virtual std::int64_t count_nonfinite_gradient() const = 0;
   /// The parameter update: clips the summed gradient to the global L2 norm `clip_norm`
-  /// (0: no clipping), sets the learning rate `lr` and steps `optimizer`. Returns after the
-  /// parameters are written (fenced) on every rank, with the seconds this rank waited for
-  /// communication inside (a sharded strategy's parameter all-gather; 0 for the others).
+  /// (0: no clipping), sets the learning rate `lr` and steps `optimizer`. Returns with the
+  /// seconds this rank waited for communication inside. This rank's parameters are written
+  /// (fenced); a sharded strategy's all-gather of the others may still be in flight: the next
+  /// forward waits for each layer's (Sequential::set_before_layer_forward), and anything else
+  /// that reads the parameters calls await_parameters() first.
   virtual double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) = 0;
+  /// Waits until every rank's parameters are complete (a sharded strategy's all-gather from
+  /// the last apply()); returns the seconds waited. Call before reading the parameters outside
+  /// a forward (checkpoints, checksums, export).
+  virtual double await_parameters() { return 0.0; }
   /// Whether communication of some step started before that step's backward ended.
   virtual bool overlap_observed() const = 0;
+  /// Whether some forward ran a layer while a later layer's parameter all-gather was still in
+  /// flight (a sharded strategy's overlap with the next forward; false for the others).
+  virtual bool gather_overlap_observed() const { return false; }
 
   /// Bytes of parameters and gradients this rank holds: the model's buffers plus any the
   /// strategy adds (shards, copies). Optimiser state is counted from the optimiser itself.

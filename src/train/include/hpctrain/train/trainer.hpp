@@ -128,6 +128,9 @@ struct TrainResult {
   std::int64_t parameter_count = 0;
   /// Whether some bucket's all-reduce started before backward ended (timeline evidence).
   bool overlap_observed = false;
+  /// Under zero1/zero2: some rank's forward computed a layer while a later layer's parameter
+  /// all-gather was still in flight.
+  bool gather_overlap_observed = false;
   std::vector<float> parameters;  ///< final parameters when TrainOptions::keep_parameters
   std::string resumed_from;       ///< step directory the run started from ("" = fresh)
   std::int64_t checkpoints_written = 0;

@@ -25,8 +25,13 @@
 ///     all-reduced), the owned parameters are moved in place to the front of the parameter
 ///     buffer (ShardLayout::compact; the same with the gradient, so neither needs a second
 ///     buffer), the optimiser steps them with the sharded state, they are moved back, and each
-///     bucket's parameters are all-gathered in place (iallgather_in_place, all buckets queued
-///     at once, waited for before apply() returns).
+///     bucket's parameters are all-gathered in place (iallgather_in_place), queued in the order
+///     the next forward needs them (by first layer). apply() returns without waiting: the
+///     model's before-layer hook waits, before layer l's forward, for the buckets whose first
+///     layer is l, so the all-gather of later layers overlaps with the forward of earlier ones
+///     (Sequential::set_before_layer_forward; evaluation forwards wait alike).
+///     await_parameters() waits for all (checkpoints, the final checksum); the next apply()
+///     and the destructor do too.
 ///
 /// Deterministic mode (zero1 only): the fixed-tree float sum (DeterministicSync) gives every rank
 /// the whole summed gradient (state slots included: update_state() as ddp's), bit for bit as
@@ -69,17 +74,26 @@ class ZeroSync final : public GradientSync {
   void begin_step(const OptimizerStep& step) override;
   void accumulate(const MicroBatch& micro) override { inner_->accumulate(micro); }
   double finish_step() override;
+  double waited_inside_accumulate() const override { return inner_->waited_inside_accumulate() + forward_wait_s_; }
+  double await_parameters() override;
   double step_loss() const override { return inner_->step_loss(); }
   /// deterministic: this rank's balanced block of the whole tree-summed gradient (every rank has it);
   /// otherwise the owned blocks at their places in the gradient buffer (apply() compacts them).
   std::int64_t count_nonfinite_gradient() const override;
   double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
   bool overlap_observed() const override { return inner_->overlap_observed(); }
+  bool gather_overlap_observed() const override { return gather_overlap_observed_; }
   HeldBytes held_bytes() const override;
   const ShardLayout* optimizer_shard() const override { return &layout_; }
 
  private:
-  double all_gather_parameters();
+  void launch_parameter_all_gather();
+  /// Waits for the queued all-gathers whose first layer is at most `layer` (all: SIZE_MAX);
+  /// returns the seconds waited.
+  double wait_for_parameters(std::size_t layer);
+  /// The before-layer hook: waits for layer `layer`'s parameters, and notes when a later
+  /// layer's all-gather is still running as this layer computes.
+  void before_layer_forward(std::size_t layer);
 
   coll::Communicator& comm_;
   models::Sequential<float>& model_;
@@ -93,6 +107,11 @@ class ZeroSync final : public GradientSync {
   std::unique_ptr<GradientSync> inner_;  ///< computes the gradient: bucketed or tree sum
   std::unique_ptr<SharedStateSums> state_sums_;  ///< models with state, not deterministic
   bool record_ = false;
+  std::vector<std::size_t> gather_order_;    ///< bucket indices by first layer (forward order)
+  std::vector<coll::Work> gathers_;          ///< queued all-gathers, in gather_order_
+  std::size_t gathers_done_ = 0;             ///< of gathers_, waited for
+  double forward_wait_s_ = 0.0;              ///< this step's waits in the before-layer hook
+  bool gather_overlap_observed_ = false;
 };
 
 }  // namespace hpctrain::train
