@@ -344,8 +344,9 @@ TEST(CostModel, HierarchicalReduceScatterAndAllgather) {
   EXPECT_NE(slow.choose_reduce_scatter(64 * kMiB, 6, 4), Algorithm::hierarchical);  // unequal nodes
   for (const Tuning* m : {static_cast<const Tuning*>(&t), static_cast<const Tuning*>(&slow)})
     for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}, kMiB, 64 * kMiB})
-      for (auto [ranks, per_node] : {std::pair{4, 2}, std::pair{8, 2}, std::pair{12, 4}, std::pair{6, 3}, std::pair{6, 4}})
+      for (const std::pair<int, int> layout : {std::pair{4, 2}, std::pair{8, 2}, std::pair{12, 4}, std::pair{6, 3}, std::pair{6, 4}})
         for (bool reduce : {true, false}) {
+          const int ranks = layout.first, per_node = layout.second;  // not a structured binding: captured below (C++17)
           auto predict = [&](Algorithm x) {
             return reduce ? m->predict_reduce_scatter_s(x, bytes, ranks, per_node)
                           : m->predict_allgather_s(x, bytes, ranks, per_node);
