@@ -43,6 +43,9 @@ struct NodeGroup {
   std::vector<int> parent_rank;             ///< communicator rank of each local rank (diagnostics)
   /// Communicator ranks of every node (its local ranks in order), nodes in order of first rank.
   std::vector<std::vector<int>> members;
+  /// The hierarchical reduce-scatter / all-gather's part (n / ranks-per-node bytes), kept across
+  /// calls (CollContext::scratch is the inner ring's / halving's).
+  std::vector<std::byte> part_scratch;
   int nodes = 1;
   /// Ranks of the smallest node: local ranks below it own one slice each (nodes may differ in
   /// size, e.g. 4 ranks in virtual nodes of 3; every node must slice the buffer alike).

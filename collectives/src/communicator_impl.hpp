@@ -94,6 +94,7 @@ struct Communicator::Impl {
   Tuning tuning;
   std::vector<int> node_of_rank_;              // empty until known
   int ranks_per_node_ = 0;                     // 0 until known
+  bool uniform_nodes_ = true;                  // with ranks_per_node_: every node holds that many
   std::unique_ptr<detail::NodeGroup> node;     // shm / hierarchical state, null until used
   std::vector<std::byte> scratch;  // reused across calls; one thread at a time (see drain)
   std::shared_ptr<DeviceMemory> device;   // null: device buffers are refused

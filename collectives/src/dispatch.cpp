@@ -115,6 +115,16 @@ void block_offsets(std::vector<std::size_t>& offsets, std::size_t block, std::si
   for (std::size_t b = 0; b <= p; ++b) offsets[b] = b * block;
 }
 
+/// shm or hierarchical reduce-scatter on the node group: this rank's reduced block to `own`.
+void node_reduce_scatter(detail::CollContext& ctx, detail::NodeGroup& group, Algorithm algo, const void* send,
+                         void* own, const std::vector<std::size_t>& offsets, DataType type, ReduceOp op) {
+  if (algo == Algorithm::shm) {
+    detail::shm_reduce_scatter(ctx, group, send, own, detail::block_parts(offsets), type, op);
+  } else {
+    detail::hierarchical_reduce_scatter(ctx, group, send, own, offsets, type, op);
+  }
+}
+
 }  // namespace
 
 void Communicator::Impl::scatter_blocks(const char* op_name, Algorithm algo, std::uint64_t seq, const void* send,
@@ -125,8 +135,7 @@ void Communicator::Impl::scatter_blocks(const char* op_name, Algorithm algo, std
   if (algo == Algorithm::shm || algo == Algorithm::hierarchical) {
     auto* own = static_cast<std::byte*>(buf) + offsets[static_cast<std::size_t>(rank())] * size_of(type);
     on_node_group(op_name, algo, wait_policy, [&](detail::NodeGroup& group) {
-      if (algo == Algorithm::shm) detail::shm_reduce_scatter(ctx, group, send, own, detail::block_parts(offsets), type, op);
-      else detail::hierarchical_reduce_scatter(ctx, group, send, own, offsets, type, op);
+      node_reduce_scatter(ctx, group, algo, send, own, offsets, type, op);
     });
   } else if (algo == Algorithm::rabenseifner) {
     detail::halving_reduce_scatter(ctx, send, buf, offsets, type, op);
@@ -175,10 +184,15 @@ Algorithm Communicator::Impl::resolve_scatter_gather(const char* op, Algorithm a
                   "; use ring or rabenseifner");
   }
   if (algo != Algorithm::automatic) return algo;
-  Tuning t = tuning;
-  if (!uniform_nodes()) t.auto_algorithms &= ~detail::bit(Algorithm::hierarchical);
-  return reduce ? t.choose_reduce_scatter(bytes, size(), ranks_per_node())
-                : t.choose_allgather(bytes, size(), ranks_per_node());
+  const Tuning* t = &tuning;
+  Tuning unequal;  // copied only over unequal nodes, without hierarchical
+  if (!uniform_nodes()) {
+    unequal = tuning;
+    unequal.auto_algorithms &= ~detail::bit(Algorithm::hierarchical);
+    t = &unequal;
+  }
+  return reduce ? t->choose_reduce_scatter(bytes, size(), ranks_per_node())
+                : t->choose_allgather(bytes, size(), ranks_per_node());
 }
 
 void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
@@ -197,9 +211,7 @@ void Communicator::Impl::run_reduce_scatter(const void* send, void* recv, std::s
     const WaitPolicy wait_policy = policy("reduce_scatter", algo, seq);
     detail::CollContext ctx = context(wait_policy, seq);
     on_node_group("reduce_scatter", algo, wait_policy, [&](detail::NodeGroup& group) {
-      if (algo == Algorithm::shm)
-        detail::shm_reduce_scatter(ctx, group, send, recv, detail::block_parts(offsets), type, detail::combine_op(op));
-      else detail::hierarchical_reduce_scatter(ctx, group, send, recv, offsets, type, detail::combine_op(op));
+      node_reduce_scatter(ctx, group, algo, send, recv, offsets, type, detail::combine_op(op));
     });  // writes only this rank's block, straight into recv
   } else {
     // The point-to-point algorithms reduce into a whole vector (the blocks other than rank()'s

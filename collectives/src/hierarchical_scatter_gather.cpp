@@ -6,7 +6,7 @@
 // each, the ranks with local rank q (one per node: q's `inter` group) own N blocks; those blocks,
 // in inter-rank order, are local rank q's part (NodeParts). So:
 //   reduce-scatter: 1. shm reduce-scatter of the parts: local rank q gets its node's partial sum
-//                      of its part (N blocks, contiguous, in a scratch vector);
+//                      of its part (N blocks, contiguous, in NodeGroup::part_scratch);
 //                   2. reduce-scatter of that vector among the inter group: inter rank j keeps
 //                      block j of the part, which is its own block, reduced over every node.
 //   all-gather:     1. all-gather of this rank's block among the inter group into a part vector;
@@ -74,6 +74,12 @@ HierarchicalLayout layout_of(const NodeGroup& node, const std::vector<std::size_
   return l;
 }
 
+/// The part, in the node group's buffer (grown on demand, kept across calls).
+std::byte* part_buffer(NodeGroup& node, std::size_t bytes) {
+  if (node.part_scratch.size() < bytes) node.part_scratch.resize(bytes);
+  return node.part_scratch.data();
+}
+
 /// The inter group's context: its own tag block per call (NodeGroup::inter_sequence), the same
 /// count on every member because every member makes the same calls.
 CollContext inter_context(CollContext& ctx, NodeGroup& node) {
@@ -91,19 +97,19 @@ void hierarchical_reduce_scatter(CollContext& ctx, NodeGroup& node, const void* 
   require_uniform("reduce_scatter", node);
   const HierarchicalLayout l = layout_of(node, offsets);
   const std::size_t elem = size_of(type);
-  std::vector<std::byte> part(l.sub.back() * elem);
-  shm_reduce_scatter(ctx, node, send, part.data(), l.parts, type, op);
+  std::byte* part = part_buffer(node, l.sub.back() * elem);
+  shm_reduce_scatter(ctx, node, send, part, l.parts, type, op);
   const int j = node.inter->rank();
   if (node.inter->size() > 1 && l.sub.back() > 0) {
     CollContext inter_ctx = inter_context(ctx, node);
     // One rank per node in the inter group: the choice is between ring and halving.
     if (ctx.tuning.choose_reduce_scatter(l.sub.back() * elem, node.inter->size(), 1) == Algorithm::rabenseifner)
-      halving_reduce_scatter(inter_ctx, part.data(), part.data(), l.sub, type, op);
+      halving_reduce_scatter(inter_ctx, part, part, l.sub, type, op);
     else
-      ring_reduce_scatter(inter_ctx, part.data(), part.data(), l.sub, type, op);
+      ring_reduce_scatter(inter_ctx, part, part, l.sub, type, op);
   }
   const auto uj = static_cast<std::size_t>(j);
-  std::memcpy(own, part.data() + l.sub[uj] * elem, (l.sub[uj + 1] - l.sub[uj]) * elem);
+  std::memcpy(own, part + l.sub[uj] * elem, (l.sub[uj + 1] - l.sub[uj]) * elem);
 }
 
 void hierarchical_allgather(CollContext& ctx, NodeGroup& node, void* buf, const std::vector<std::size_t>& offsets,
@@ -119,20 +125,20 @@ void hierarchical_allgather(CollContext& ctx, NodeGroup& node, void* buf, const 
   const HierarchicalLayout l = layout_of(node, offsets);
   const int j = node.inter->rank();
   const auto uj = static_cast<std::size_t>(j);
-  std::vector<std::byte> part(l.sub.back() * elem);
+  std::byte* part = part_buffer(node, l.sub.back() * elem);
   const std::size_t own_first = offsets[static_cast<std::size_t>(l.mine[uj])];
-  std::memcpy(part.data() + l.sub[uj] * elem, data + own_first * elem, (l.sub[uj + 1] - l.sub[uj]) * elem);
+  std::memcpy(part + l.sub[uj] * elem, data + own_first * elem, (l.sub[uj + 1] - l.sub[uj]) * elem);
   if (node.inter->size() > 1 && l.sub.back() > 0) {
     CollContext inter_ctx = inter_context(ctx, node);
     if (ctx.tuning.choose_allgather(l.sub.back() * elem, node.inter->size(), 1) == Algorithm::rabenseifner)
-      doubling_allgather(inter_ctx, part.data(), l.sub, type);
+      doubling_allgather(inter_ctx, part, l.sub, type);
     else
-      ring_allgather(inter_ctx, part.data(), l.sub, type);
+      ring_allgather(inter_ctx, part, l.sub, type);
   }
-  shm_allgather(ctx, node, part.data(), buf, l.parts, type);
+  shm_allgather(ctx, node, part, buf, l.parts, type);
   const auto& ranges = l.parts[static_cast<std::size_t>(node.local_rank())];
   for (std::size_t i = 0; i < ranges.size(); ++i)
-    if (i != uj) std::memcpy(data + ranges[i].first * elem, part.data() + l.sub[i] * elem, ranges[i].count * elem);
+    if (i != uj) std::memcpy(data + ranges[i].first * elem, part + l.sub[i] * elem, ranges[i].count * elem);
 }
 
 }  // namespace hpctrain::coll::detail

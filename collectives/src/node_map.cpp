@@ -42,17 +42,13 @@ int Communicator::Impl::ranks_per_node() {
   std::vector<int> count(node_index.size(), 0);
   for (int n : node_index) ++count[static_cast<std::size_t>(n)];
   ranks_per_node_ = *std::max_element(count.begin(), count.end());
+  uniform_nodes_ = std::all_of(count.begin(), count.end(), [this](int c) { return c == 0 || c == ranks_per_node_; });
   return ranks_per_node_;
 }
 
 bool Communicator::Impl::uniform_nodes() {
-  const auto& node_index = node_of_rank();
-  std::vector<int> count(node_index.size(), 0);
-  for (int n : node_index) ++count[static_cast<std::size_t>(n)];
-  const int k = ranks_per_node();
-  for (int c : count)
-    if (c != 0 && c != k) return false;
-  return true;
+  ranks_per_node();  // computes both, once
+  return uniform_nodes_;
 }
 
 detail::NodeGroup& Communicator::Impl::node_group(const WaitPolicy& wait_policy) {

@@ -96,8 +96,8 @@ double ZeroSync::finish_step() {
   // Deterministic mode has the whole exact gradient. A rank whose forward did not run (no
   // samples in the step) still waits for the parameters here.
   const double reduced = inner_->finish_step();
-  forward_wait_s_ += wait_for_parameters(SIZE_MAX);
-  return reduced + forward_wait_s_;
+  // forward_wait_s_ is the part inside accumulate() (waited_inside_accumulate); this wait is not.
+  return reduced + forward_wait_s_ + wait_for_parameters(SIZE_MAX);
 }
 
 std::int64_t ZeroSync::count_nonfinite_gradient() const {
@@ -114,7 +114,8 @@ std::int64_t ZeroSync::count_nonfinite_gradient() const {
 double ZeroSync::apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) {
   // The state slots' sums to every rank (out of the shard, so the norm below leaves them out),
   // then the running statistics of the whole model, on every rank, as ddp does.
-  double waited = wait_for_parameters(SIZE_MAX);  // finish_step() has waited already: a no-op
+  // finish_step() has waited for the parameters: the optimiser may read and write them.
+  double waited = 0;
   if (state_sums_) waited += state_sums_->share(comm_, model_.gradient_buffer());
   model_.update_state();  // leaves the state's gradient slots zero: the norm below leaves them out
   if (options_.deterministic) {
