@@ -47,7 +47,7 @@ Tensor<T> Dense<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
     dx = dx_.data;
   }
   detail::row_affine_backward(dy.data, x_.data, n, in_, out_, this->param(0).data,
-                              this->grad(0).data, this->grad(1).data, dx);
+                              this->grad(0).data, this->grad(1).data, dx, this->take_write_gradients());
   return need_input_grad ? dx_ : Tensor<T>();
 }
 

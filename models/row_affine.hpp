@@ -19,14 +19,17 @@ void row_affine_forward(const core::Vec<T>& x, std::int64_t rows, std::int64_t i
                        core::as_matrix(y, rows, out));
 }
 
-/// dW += dy^T x, db += column sums of dy, and, when `dx` is non-empty, dx = dy W (overwritten).
+/// dW += dy^T x, db += column sums of dy (with `write_gradients`: dW = dy^T x, db = the column
+/// sums), and, when `dx` is non-empty, dx = dy W (overwritten).
 template <class T>
 void row_affine_backward(const core::Vec<T>& dy, const core::Vec<T>& x, std::int64_t rows,
                          std::int64_t in, std::int64_t out, const core::Vec<T>& w,
-                         const core::Vec<T>& dw, const core::Vec<T>& db, const core::Vec<T>& dx) {
+                         const core::Vec<T>& dw, const core::Vec<T>& db, const core::Vec<T>& dx,
+                         bool write_gradients = false) {
   const core::Matrix<T> dym = core::as_matrix(dy, rows, out);
-  core::gemm(core::Trans::yes, core::Trans::no, T(1), dym, core::as_matrix(x, rows, in), T(1),
-             core::as_matrix(dw, out, in));
+  core::gemm(core::Trans::yes, core::Trans::no, T(1), dym, core::as_matrix(x, rows, in),
+             write_gradients ? T(0) : T(1), core::as_matrix(dw, out, in));
+  if (write_gradients) core::set_zero(db);
   core::accumulate_column_sums(dym, db);
   if (dx.data() == nullptr) return;
   core::gemm(core::Trans::no, core::Trans::no, T(1), dym, core::as_matrix(w, out, in), T(0),

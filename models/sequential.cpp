@@ -50,6 +50,15 @@ void Sequential<T>::finalize(std::uint64_t seed) {
   }
   params_ = core::Vec<T>("hpctrain::model::parameters", static_cast<std::size_t>(total));
   grads_ = core::Vec<T>("hpctrain::model::gradients", static_cast<std::size_t>(total));
+  bind_layers(grads_);
+  for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->set_rng_stream(seed, l);
+  finalized_ = true;
+  initialize_parameters(seed);
+}
+
+template <class T>
+void Sequential<T>::bind_layers(const core::Vec<T>& grads) {
+  bound_grads_ = grads;
   std::size_t next = 0;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     std::vector<Tensor<T>> p, g;
@@ -57,13 +66,24 @@ void Sequential<T>::finalize(std::uint64_t seed) {
       const ParameterInfo& info = info_[next];
       const auto range = std::make_pair(info.offset, info.offset + info.count);
       p.emplace_back(Kokkos::subview(params_, range), info.shape);
-      g.emplace_back(Kokkos::subview(grads_, range), info.shape);
+      g.emplace_back(Kokkos::subview(grads, range), info.shape);
     }
     layers_[l]->bind(std::move(p), std::move(g));
-    layers_[l]->set_rng_stream(seed, l);
   }
-  finalized_ = true;
-  initialize_parameters(seed);
+}
+
+template <class T>
+void Sequential<T>::redirect_gradients(const core::Vec<T>& buffer) {
+  HPCTRAIN_REQUIRE(finalized_, "redirect_gradients before finalize");
+  HPCTRAIN_REQUIRE(has_gradients(), "redirect_gradients on a model whose gradients were released (inference only)");
+  if (buffer.extent(0) == 0) {
+    bind_layers(grads_);
+    return;
+  }
+  HPCTRAIN_REQUIRE(buffer.extent(0) == params_.extent(0),
+                   "redirect_gradients: a buffer of " + std::to_string(buffer.extent(0)) + " elements for " +
+                       std::to_string(params_.extent(0)) + " parameters");
+  bind_layers(buffer);
 }
 
 template <class T>
@@ -115,9 +135,28 @@ void Sequential<T>::zero_gradients() {
 }
 
 template <class T>
+void Sequential<T>::begin_gradients() {
+  HPCTRAIN_REQUIRE(has_gradients(), "begin_gradients on a model whose gradients were released (inference only)");
+  // info_ lists the parameters layer by layer, each layer's contiguous in the buffer.
+  for (std::size_t first = 0; first < info_.size();) {
+    const std::size_t l = info_[first].layer;
+    std::size_t end = first;
+    while (end < info_.size() && info_[end].layer == l) ++end;
+    if (layers_[l]->writes_gradients()) {
+      layers_[l]->set_write_gradients(true);
+    } else {
+      const auto range = std::make_pair(info_[first].offset, info_[end - 1].offset + info_[end - 1].count);
+      core::set_zero(core::Vec<T>(Kokkos::subview(bound_grads_, range)));
+    }
+    first = end;
+  }
+}
+
+template <class T>
 void Sequential<T>::release_gradients() {
   for (auto& layer : layers_) layer->unbind_gradients();
   grads_ = core::Vec<T>();
+  bound_grads_ = core::Vec<T>();
 }
 
 template <class T>

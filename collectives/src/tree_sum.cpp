@@ -60,7 +60,8 @@ struct Shape {
 /// the most nodes it held at once after a term had settled.
 struct ShapeStack {
   std::vector<Shape> stack;
-  std::size_t most = 0;
+  std::size_t most = 0;            ///< the most nodes held after a term's merges
+  std::size_t most_computing = 0;  ///< the most slots in use while a term is computed in one
 };
 
 ShapeStack stack_of(const std::vector<TermRange>& ranges, std::int64_t total_terms) {
@@ -68,6 +69,9 @@ ShapeStack stack_of(const std::vector<TermRange>& ranges, std::int64_t total_ter
   ShapeStack out;
   for (const TermRange& r : ranges) {
     for (std::int64_t t = r.begin; t < r.end; ++t) {
+      // The first term is lent from the caller's buffer (and stays the first held node); a
+      // later one is computed in a slot while the held nodes but the first keep theirs.
+      if (!out.stack.empty()) out.most_computing = std::max(out.most_computing, out.stack.size());
       out.stack.push_back(Shape{TreeNode{0, t}});
       settle(out.stack, total_terms, root, [](Shape&, Shape&) {});
       out.most = std::max(out.most, out.stack.size());
@@ -87,9 +91,11 @@ std::vector<TreeNode> maximal_nodes(const std::vector<TermRange>& ranges, std::i
 }
 
 std::size_t TreeSum::workspace_floats(std::size_t count, std::int64_t total_terms,
-                                      const std::vector<std::vector<TermRange>>& ranges, int rank) {
-  // A held node has a slot; a term merged on arrival needs none.
-  const std::size_t most = stack_of(ranges.at(static_cast<std::size_t>(rank)), total_terms).most;
+                                      const std::vector<std::vector<TermRange>>& ranges, int rank,
+                                      bool term_buffers) {
+  // A held node has a slot; a term merged on arrival needs none, unless it is computed in one.
+  const ShapeStack mine = stack_of(ranges.at(static_cast<std::size_t>(rank)), total_terms);
+  const std::size_t most = term_buffers ? mine.most_computing : mine.most;
   const int p = static_cast<int>(ranges.size());
   std::size_t others = 0;
   for (int r = 0; r < p; ++r) {
@@ -150,6 +156,12 @@ float* TreeSum::slot() {
   }
   if (used_slots_ == slots_.size()) slots_.emplace_back(count_);
   return slots_[used_slots_++].data();
+}
+
+float* TreeSum::term_buffer() {
+  HPCTRAIN_REQUIRE(added_ < expected_, "TreeSum::term_buffer: rank " + std::to_string(rank_) + " has added all its " +
+                                           std::to_string(expected_) + " terms");
+  return slot();
 }
 
 bool TreeSum::is_slot(const float* data) const noexcept {

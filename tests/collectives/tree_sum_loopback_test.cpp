@@ -19,6 +19,10 @@
 #include "loopback_ranks.hpp"
 #include "tree_sum_terms.hpp"
 
+#include <algorithm>
+#include <limits>
+#include <set>
+
 namespace hpctrain::coll {
 namespace {
 
@@ -96,6 +100,61 @@ TEST(TreeSum, ResultMayBeALentTerm) {
       EXPECT_TRUE(same_float_bits(mine.front(), expected)) << "P=" << p << " rank " << comm.rank();
     });
   }
+}
+
+// What DeterministicSync does: the first term is lent from the caller's buffer (which receives
+// the result), every later one is written into term_buffer() and lent. The bits are the serial
+// tree's, and the storage handed out stays within workspace_floats(term_buffers = true).
+TEST(TreeSum, TermsComputedInItsOwnStorage) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{9001}}) {
+    for (std::int64_t total : {1, 2, 3, 5, 8, 17}) {
+      const std::vector<float> expected = serial_tree_sum(all_terms(total, count));
+      for (int p = 1; p <= 5; ++p) {
+        for (Split split : {Split::contiguous, Split::round_robin, Split::skewed}) {
+          const auto ranges = split_terms(total, p, split);
+          run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+            TreeSum sum(count);
+            for (int round = 0; round < 2; ++round) {  // the second reuses the slots
+              sum.begin(total, ranges, comm.rank());
+              std::vector<float> own(count, std::numeric_limits<float>::quiet_NaN());
+              std::set<const float*> handed_out;
+              bool first = true;
+              for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())]) {
+                for (std::int64_t t = r.begin; t < r.end; ++t) {
+                  float* at = own.data();
+                  if (!first) {
+                    at = sum.term_buffer();
+                    handed_out.insert(at);
+                  }
+                  first = false;
+                  const std::vector<float> term = tree_term(t, count);
+                  std::copy(term.begin(), term.end(), at);
+                  sum.add(t, at, /*lend=*/true);
+                }
+              }
+              sum.finish(comm, own.data());
+              EXPECT_TRUE(same_float_bits(own, expected))
+                  << "K=" << total << " count=" << count << " P=" << p << " split=" << static_cast<int>(split)
+                  << " rank " << comm.rank() << " round " << round;
+              EXPECT_LE(handed_out.size() * count,
+                        TreeSum::workspace_floats(count, total, ranges, comm.rank(), /*term_buffers=*/true))
+                  << "K=" << total << " P=" << p << " split=" << static_cast<int>(split) << " rank " << comm.rank();
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST(TreeSum, TermBufferAfterTheLastTermIsRefused) {
+  run_loopback_ranks(1, Tuning{}, [&](Communicator& comm) {
+    TreeSum sum(4);
+    sum.begin(1, {{{0, 1}}}, comm.rank());
+    std::vector<float> term(4, 1.0f);
+    sum.add(0, term.data(), true);
+    EXPECT_NE(error_of([&] { sum.term_buffer(); }).find("has added all its 1 terms"), std::string::npos);
+  });
 }
 
 TEST(TreeSum, WithinPairwiseBoundOfFloat64) {

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 namespace hpctrain::models {
 namespace {
 
@@ -48,6 +51,60 @@ TEST(Sequential, ReleasedGradientsKeepForwardAndRefuseBackward) {
     const core::Tensor<float> y = model->forward(x, false);
     EXPECT_EQ(core::to_host(y.data), before) << name;
     EXPECT_THROW(model->backward(y), Error) << name;
+  }
+}
+
+/// begin_gradients(): layers that write their gradients (dense, token_dense) need no zeroing;
+/// the others' slices are zeroed. The gradients equal zero_gradients() + backward (== compares
+/// -0 and +0 equal, the one difference allowed), whatever the buffer held before (NaN: a
+/// writing gemm must not read it); the write lasts one backward; redirect_gradients() sends the
+/// gradients to another buffer and back without touching the model's own.
+TEST(Sequential, BeginGradientsGivesWhatZeroingAndAddingGive) {
+  for (const char* name : {"mlp", "cnn", "resnet", "transformer"}) {
+    auto model = build_model<float>(json{{"name", name}});
+    const auto x = random_tensor<float>("x", {3, 1, 28, 28}, 11);
+    const auto dy = random_tensor<float>("dy", {3, 10}, 12);
+    const std::size_t n = static_cast<std::size_t>(model->parameter_count());
+    const auto pass = [&] {
+      model->set_rng_position(5, 0);
+      model->forward(x, true);
+      model->backward(dy);
+    };
+    model->zero_gradients();
+    pass();
+    const std::vector<float> added = core::to_host(model->gradient_buffer());
+    const std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
+    core::from_host(model->gradient_buffer(), nan);
+    model->begin_gradients();
+    pass();
+    const std::vector<float> written = core::to_host(model->gradient_buffer());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < n; ++i) differ += !(written[i] == added[i]);
+    EXPECT_EQ(differ, 0u) << name << ": begin_gradients + backward differs from zero_gradients + backward";
+    // Without begin_gradients the next backward adds again: twice the gradient, up to the
+    // rounding of the add inside a gemm (batch norm's state slots excepted: not gradients).
+    pass();
+    const std::vector<float> twice = core::to_host(model->gradient_buffer());
+    const std::vector<float> mask = core::to_host(model->trainable_mask());
+    differ = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      differ += mask[i] != 0.0f && !(std::fabs(twice[i] - 2.0f * added[i]) <= 1e-5f * std::fabs(added[i]) + 1e-30f);
+    }
+    EXPECT_EQ(differ, 0u) << name << ": the write did not end with its backward";
+    // Redirected: the gradients land in `other`, the model's own buffer is left alone.
+    core::Vec<float> other("other", n);
+    core::from_host(other, nan);
+    model->redirect_gradients(other);
+    model->begin_gradients();
+    pass();
+    model->redirect_gradients(core::Vec<float>());
+    const std::vector<float> there = core::to_host(other);
+    const std::vector<float> own = core::to_host(model->gradient_buffer());
+    differ = 0;
+    for (std::size_t i = 0; i < n; ++i) differ += !(there[i] == added[i]) + !(own[i] == twice[i] || (own[i] != own[i] && twice[i] != twice[i]));
+    EXPECT_EQ(differ, 0u) << name << ": redirected gradients";
+    core::Vec<float> short_buffer("short", n - 1);
+    EXPECT_THROW(model->redirect_gradients(short_buffer), Error) << name;
   }
 }
 

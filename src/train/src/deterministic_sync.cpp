@@ -9,6 +9,7 @@
 #include "hpctrain/train/finite_guard.hpp"
 #include "training_pass.hpp"
 #include "hpctrain/collectives/tree_sum.hpp"
+#include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
 
 namespace hpctrain::train {
@@ -39,13 +40,15 @@ MicroShardTerms micro_shard_terms(const std::vector<std::int64_t>& batch_sizes, 
 }
 
 /// Each micro-shard's gradient is a term of a coll::TreeSum over the step's micro-shards.
-/// Where the gradient buffer is host memory, a term stays in it until the next micro-shard
-/// needs the buffer and is then added (or copied) out; the step's last term is lent to the sum
-/// and the result written over it. With device gradients every term is copied to the host first.
+/// Where the gradient buffer is host memory, each micro-shard's backward writes its gradient
+/// straight into storage the sum owns (TreeSum::term_buffer, bound with
+/// Sequential::redirect_gradients), which the sum then holds or merges without a copy; the
+/// result is written into the model's gradient buffer. With device gradients every term is
+/// computed in the model's buffer and copied to the host.
 class DeterministicSync::Terms {
  public:
-  explicit Terms(const models::Sequential<float>& model)
-      : count_(static_cast<std::size_t>(model.parameter_count())), sum_(count_) {}
+  explicit Terms(models::Sequential<float>& model)
+      : model_(model), count_(static_cast<std::size_t>(model.parameter_count())), sum_(count_) {}
 
   /// Starts a step of `batch_sizes` global batches, cut into micro-shards of `micro_shard`:
   /// every rank's terms are its micro-shards (io::granule_slice), numbered over the step.
@@ -58,30 +61,43 @@ class DeterministicSync::Terms {
       batch_sizes_ = batch_sizes;
     }
     sum_.begin(terms_.total, terms_.ranges, rank);
-    pending_ = -1;
+    first_ = true;
     return terms_.total;
   }
-  /// After micro-shard `term`'s backward (the gradient buffer holds only its gradient).
-  void collect(std::int64_t term, const core::Vec<float>& grads) {
+  /// Before a micro-shard's forward: points the model's gradients at storage for its term, to
+  /// be written, not added to (Sequential::begin_gradients). This rank's first term of the step
+  /// goes into the model's gradient buffer, where the sum's merges into it and finish() leave
+  /// the result (no copy at P = 1); the others into the sum's storage.
+  void start_term() {
     if constexpr (kHostGradients) {
-      pending_ = term;
+      if (first_) {
+        model_.redirect_gradients(core::Vec<float>());
+        current_ = model_.gradient_buffer().data();
+        first_ = false;
+      } else {
+        current_ = sum_.term_buffer();
+        model_.redirect_gradients(core::Vec<float>(current_, count_));
+      }
+    }
+    model_.begin_gradients();
+  }
+  /// After micro-shard `term`'s backward: hands its gradient to the sum.
+  void collect(std::int64_t term) {
+    if constexpr (kHostGradients) {
+      sum_.add(term, current_, /*lend=*/true);
+      current_ = nullptr;
     } else {
       host_.resize(count_);
-      Kokkos::deep_copy(HostFloats(host_.data(), count_), grads);
+      Kokkos::deep_copy(HostFloats(host_.data(), count_), model_.gradient_buffer());
       sum_.add(term, host_.data());
     }
   }
-  /// Before the gradient buffer is zeroed for the next micro-shard: adds the term it holds.
-  void keep(const core::Vec<float>& grads) {
-    if (pending_ < 0) return;
-    sum_.add(pending_, grads.data());
-    pending_ = -1;
-  }
-  /// Collective: the tree sum over all ranks' micro-shards, written into `grads`.
-  void finish(coll::Communicator& comm, const core::Vec<float>& grads) {
+  /// Collective: the tree sum over all ranks' micro-shards, written into the model's gradient
+  /// buffer (to which the layers' gradient views are bound again).
+  void finish(coll::Communicator& comm) {
+    const core::Vec<float>& grads = model_.gradient_buffer();
     if constexpr (kHostGradients) {
-      if (pending_ >= 0) sum_.add(pending_, grads.data(), /*lend=*/true);
-      pending_ = -1;
+      model_.redirect_gradients(core::Vec<float>());
       sum_.finish(comm, grads.data());
     } else {
       host_.resize(count_);
@@ -93,11 +109,13 @@ class DeterministicSync::Terms {
  private:
   static constexpr bool kHostGradients = Kokkos::SpaceAccessibility<Kokkos::HostSpace, core::MemSpace>::accessible;
 
+  models::Sequential<float>& model_;
   std::size_t count_;
   coll::TreeSum sum_;
   std::vector<std::int64_t> batch_sizes_;  ///< the step terms_ was computed for
   MicroShardTerms terms_;
-  std::int64_t pending_ = -1;  ///< a term still in the gradient buffer (host gradients), or -1
+  bool first_ = true;          ///< the next term is this rank's first of the step
+  float* current_ = nullptr;   ///< host gradients: where the term being computed is
   std::vector<float> host_;    ///< device gradients: the host copy of a term, then of the sum
 };
 
@@ -111,7 +129,6 @@ DeterministicSync::DeterministicSync(coll::Communicator& comm, models::Sequentia
 DeterministicSync::~DeterministicSync() = default;
 
 void DeterministicSync::begin_step(const OptimizerStep& step) {
-  model_.zero_gradients();
   step_ = step;
   micro_ = 0;
   term_base_ = 0;
@@ -126,14 +143,13 @@ void DeterministicSync::accumulate(const MicroBatch& micro) {
   for (std::size_t first = 0; first < count; first += shard) {
     const std::size_t rows = std::min(shard, count - first);
     pass_->input.load_rows(micro.batch, first, rows, model_.input_shape());
-    terms_->keep(model_.gradient_buffer());
-    model_.zero_gradients();
+    terms_->start_term();
     const auto position = static_cast<std::int64_t>(first);
     const std::int64_t term = term_base_ + (micro.offset_in_batch + position) / micro_shard_;
     losses_[static_cast<std::size_t>(term)] =
         pass_->forward_loss(model_, step_.index, micro.sample_position + position, step_.samples());
     model_.backward(pass_->dlogits, false);
-    terms_->collect(term, model_.gradient_buffer());
+    terms_->collect(term);
   }
   term_base_ += micro_shard_count(step_.batch_sizes.at(micro_++), micro_shard_);
   Kokkos::fence();
@@ -145,7 +161,7 @@ void DeterministicSync::accumulate(const MicroBatch& micro) {
 
 double DeterministicSync::finish_step() {
   const auto t_sum = std::chrono::steady_clock::now();
-  terms_->finish(comm_, model_.gradient_buffer());
+  terms_->finish(comm_);
   // One slot per micro-shard, exact all-reduce (one non-zero term per slot), summed in
   // micro-shard order; rank 0 holds the whole loss, so the ranks' shares sum to it.
   comm_.allreduce(losses_.data(), losses_.size(), coll::ReduceOp::sum);

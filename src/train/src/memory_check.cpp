@@ -78,7 +78,8 @@ MemoryEstimate estimate_training_memory(models::Sequential<float>& model, const 
     std::size_t most = 0;
     for (int r = 0; r < static_cast<int>(ranks); ++r) {
       most = std::max(most,
-                      coll::TreeSum::workspace_floats(static_cast<std::size_t>(params), terms.total, terms.ranges, r));
+                      coll::TreeSum::workspace_floats(static_cast<std::size_t>(params), terms.total, terms.ranges, r,
+                                                                /*term_buffers=*/true));
     }
     e.optimizer_state += most * sizeof(float);
   }

@@ -52,8 +52,11 @@ class TreeSum {
   /// The floats rank `rank`'s TreeSum of vectors of `count` floats allocates for a sum with
   /// these `ranges` (begin()'s arguments): the most nodes it holds at once while its terms
   /// arrive (none lent), and block `rank` of every other rank's maximal node.
+  /// With `term_buffers`: the caller lends its first term from a buffer of its own and computes
+  /// every later one in term_buffer() (DeterministicSync does), so no term is copied.
   static std::size_t workspace_floats(std::size_t count, std::int64_t total_terms,
-                                      const std::vector<std::vector<TermRange>>& ranges, int rank);
+                                      const std::vector<std::vector<TermRange>>& ranges, int rank,
+                                      bool term_buffers = false);
 
   /// A sum of vectors of `count` floats.
   explicit TreeSum(std::size_t count);
@@ -67,6 +70,12 @@ class TreeSum {
   /// vector is read during the call only; with `lend` true it must stay valid until finish(),
   /// which may overwrite it (this saves a copy of a term that is not added to another at once).
   void add(std::int64_t term, float* data, bool lend = false);
+
+  /// Storage for this rank's next term: count() floats owned by the sum, contents unspecified.
+  /// Compute the term in it and pass it to add() with `lend` true: a term that stays held is
+  /// then not copied, and one merged on arrival frees the storage for the next term. Valid
+  /// until finish() returns or begin() is called again.
+  float* term_buffer();
 
   /// Collective: writes the sum of all K terms into `result` (`count` floats) on every rank.
   /// `result` may be a lent term. Every one of this rank's terms must have been added.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hpctrain::models {
@@ -68,7 +69,15 @@ class Layer {
   /// backward() (true) would have made, with zeros, so the ranks that have samples do not wait.
   virtual void skip_stat_reductions(bool /*backward*/) {}
 
-  /// Called once by the model: views for the parameters and gradients, in spec order.
+  /// Whether backward() can write its parameter gradients instead of adding them, when told to
+  /// by set_write_gradients (Sequential::begin_gradients): the model then need not zero them.
+  virtual bool writes_gradients() const { return false; }
+  /// The next backward() writes (true) its parameter gradients instead of adding them; only for
+  /// a layer whose writes_gradients() is true. That backward resets it.
+  void set_write_gradients(bool on) { write_gradients_ = on; }
+
+  /// Called by the model: views for the parameters and gradients, in spec order (again when
+  /// the model binds the gradients elsewhere: Sequential::redirect_gradients).
   void bind(std::vector<Tensor<T>> params, std::vector<Tensor<T>> grads);
   /// Forgets the gradient views (inference: Sequential::release_gradients); backward then throws.
   virtual void unbind_gradients() { grads_.clear(); }
@@ -81,12 +90,15 @@ class Layer {
   virtual void on_bound() {}
   const Tensor<T>& param(std::size_t i) const { return params_.at(i); }
   const Tensor<T>& grad(std::size_t i) const { return grads_.at(i); }
+  /// For backward(): whether to write rather than add the parameter gradients this time.
+  bool take_write_gradients() { return std::exchange(write_gradients_, false); }
 
  private:
   std::vector<NamedTensor<T>> named(const std::vector<Tensor<T>>& tensors) const;
 
   std::vector<Tensor<T>> params_;
   std::vector<Tensor<T>> grads_;
+  bool write_gradients_ = false;
 };
 
 }  // namespace hpctrain::models

@@ -58,6 +58,18 @@ class Sequential {
   void set_before_layer_forward(std::function<void(std::size_t layer)> hook) { before_layer_forward_ = std::move(hook); }
   /// Sets the gradient buffer to zero (call once per step, before the first backward).
   void zero_gradients();
+  /// Instead of zero_gradients(), before the forward of the step's first batch: the layers that
+  /// can (Layer::writes_gradients) write their parameter gradients in the next backward instead
+  /// of adding them, and only the other layers' gradients are zeroed now. The bound gradients
+  /// (see redirect_gradients) then hold what zeroing and adding would give, up to the sign of
+  /// exact zeros, without a pass over the whole buffer.
+  void begin_gradients();
+  /// Binds every layer's gradient views to `buffer` (parameter_count() elements in the model's
+  /// memory space), so that the following forwards and backwards add their parameter gradients
+  /// (and batch norm its statistics) there instead of into gradient_buffer(); an empty Vec binds
+  /// them back to gradient_buffer(). Deterministic training computes each micro-shard's
+  /// gradient straight into the tree sum's storage this way (no copy out of the model's buffer).
+  void redirect_gradients(const core::Vec<T>& buffer);
   /// Inference only: frees the gradient buffer (the layers forget their views into it), so a
   /// forward-only model holds its parameters alone. backward() then throws; irreversible.
   void release_gradients();
@@ -101,6 +113,8 @@ class Sequential {
  private:
   std::int64_t planned_parameter_count() const;
   std::vector<NamedTensor<T>> named_views(const core::Vec<T>& buffer) const;
+  /// Binds layer l's parameter views into params_ and its gradient views into `grads`.
+  void bind_layers(const core::Vec<T>& grads);
 
   Shape input_shape_;
   Shape output_shape_;
@@ -110,6 +124,7 @@ class Sequential {
   std::vector<ParameterSpec> specs_;
   core::Vec<T> params_;
   core::Vec<T> grads_;
+  core::Vec<T> bound_grads_;  ///< where the layers' gradient views point: grads_ or a redirect
   bool finalized_ = false;
   std::function<void(std::size_t)> before_layer_forward_;
 };

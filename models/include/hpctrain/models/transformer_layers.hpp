@@ -124,6 +124,7 @@ class TokenDense final : public Layer<T> {
   std::vector<ParameterSpec> parameter_specs() const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  bool writes_gradients() const override { return true; }
 
  private:
   std::int64_t in_, out_;
