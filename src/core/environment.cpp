@@ -14,6 +14,9 @@
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
 
 namespace hpctrain {
 
@@ -80,6 +83,41 @@ int ranks_on_this_node() {
   return n;
 }
 
+/// This rank's index among the ranks of its node (MPI_COMM_TYPE_SHARED), 0 on failure.
+int local_rank_on_this_node() {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+/// GPUs the Kokkos back end sees (0 in a host build), before Kokkos is initialised.
+int gpu_device_count() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  int n = 0;  // the runtime's count (CUDA_VISIBLE_DEVICES applied); Kokkos 3 and 4 differ here
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+#else
+  return 0;
+#endif
+}
+
+bool argv_names_device(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    for (const char* flag : {"--kokkos-device-id", "--kokkos-device", "--kokkos-num-devices"}) {
+      const std::size_t n = std::strlen(flag);
+      if (std::strncmp(argv[i], flag, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) return true;
+    }
+  }
+  return false;
+}
+
+DeviceChoice& applied_device() {
+  static DeviceChoice d;
+  return d;
+}
+
 int cores_in_affinity_mask() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -137,6 +175,45 @@ Environment::Environment() {
   start(argc, argv);
 }
 
+DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices, const char* device_env,
+                           bool argv_names_device) {
+  DeviceChoice d;
+  d.devices = devices < 0 ? 0 : devices;
+  if (d.devices == 0) return d;
+  if (argv_names_device) {
+    d.source = "--kokkos-device-id";
+    return d;  // Kokkos applies what the command line says
+  }
+  if (device_env != nullptr && *device_env != '\0') {
+    char* end = nullptr;
+    const long id = std::strtol(device_env, &end, 10);
+    HPCTRAIN_REQUIRE(end != device_env && *end == '\0' && id >= 0 && id < d.devices,
+                     std::string("HPCTRAIN_DEVICE_ID='") + device_env + "': expected a GPU id from 0 to " +
+                         std::to_string(d.devices - 1) + " (this process sees " + std::to_string(d.devices) +
+                         (d.devices == 1 ? " GPU)" : " GPUs)"));
+    d.device = static_cast<int>(id);
+    d.source = "HPCTRAIN_DEVICE_ID";
+    return d;
+  }
+  const int local = local_rank < 0 ? 0 : local_rank;
+  d.device = local % d.devices;
+  d.source = "local rank";
+  if (ranks_on_node > d.devices) {
+    d.warning = std::to_string(ranks_on_node) + " ranks on this node share " + std::to_string(d.devices) +
+                (d.devices == 1 ? " GPU" : " GPUs") + ": start one rank per GPU (or set HPCTRAIN_DEVICE_ID)";
+  }
+  return d;
+}
+
+const DeviceChoice& device_choice() { return applied_device(); }
+
+std::string describe(const DeviceChoice& d) {
+  if (d.devices == 0) return "";
+  const std::string of = " of " + std::to_string(d.devices) + (d.devices == 1 ? " GPU" : " GPUs");
+  if (d.device < 0) return "as the command line's " + d.source + " says," + of;
+  return "cuda:" + std::to_string(d.device) + of + " (" + d.source + ")";
+}
+
 Environment::Environment(int& argc, char**& argv) { start(argc, argv); }
 
 namespace {
@@ -147,8 +224,10 @@ bool is_help_flag(const char* arg) { return std::strcmp(arg, "--help") == 0 || s
 /// options before the program's help. Kokkos sees every other argument and may remove those it
 /// consumes; argv is then the remaining ones with each help flag back after the argument it
 /// followed (so `prog sub --help` still asks for the subcommand's help).
-void initialize_kokkos_without_help(int& argc, char** argv) {
+void initialize_kokkos_without_help(int& argc, char** argv, int device) {
   std::vector<char*> kept(argv, argv + argc);
+  std::string device_arg = "--kokkos-device-id=" + std::to_string(device);
+  if (device >= 0) kept.push_back(device_arg.data());  // Kokkos consumes it; argv never sees it
   std::vector<std::pair<char*, char*>> help;  // (help flag, the argument before it)
   for (int i = argc - 1; i >= 1; --i) {
     if (!is_help_flag(argv[i])) continue;
@@ -160,6 +239,7 @@ void initialize_kokkos_without_help(int& argc, char** argv) {
   char** kokkos_argv = kept.data();
   Kokkos::initialize(kokkos_argc, kokkos_argv);
   std::vector<char*> remaining(kokkos_argv, kokkos_argv + kokkos_argc);
+  remaining.erase(std::remove(remaining.begin(), remaining.end(), device_arg.data()), remaining.end());
   for (auto it = help.rbegin(); it != help.rend(); ++it) {
     auto after = std::find(remaining.begin(), remaining.end(), it->second);
     remaining.insert(after == remaining.end() ? remaining.end() : after + 1, it->first);
@@ -187,7 +267,10 @@ void Environment::start(int& argc, char**& argv) {
   applied_threads() = t;
   if (!Kokkos::is_initialized()) {
     try {
-      initialize_kokkos_without_help(argc, argv);
+      const DeviceChoice d = choose_device(local_rank_on_this_node(), ranks_on_this_node(), gpu_device_count(),
+                                           std::getenv("HPCTRAIN_DEVICE_ID"), argv_names_device(argc, argv));
+      applied_device() = d;
+      initialize_kokkos_without_help(argc, argv, d.device);
     } catch (...) {
       if (owns_mpi_) MPI_Finalize();
       throw;

@@ -83,3 +83,49 @@ TEST(ComputeThreads, PolicyOrder) {
     EXPECT_ANY_THROW(hpctrain::choose_compute_threads(1, 2, 2));
   }
 }
+
+// One rank per GPU: the device is the local rank modulo the GPUs, unless the command line names
+// one for Kokkos or HPCTRAIN_DEVICE_ID does; a host build (no GPUs) chooses nothing.
+TEST(DeviceChoice, PolicyOrder) {
+  using hpctrain::choose_device;
+  const auto none = choose_device(3, 4, 0, "1", false);
+  EXPECT_EQ(none.device, -1);
+  EXPECT_EQ(hpctrain::describe(none), "");
+  for (int local = 0; local < 8; ++local) {
+    const auto d = choose_device(local, 8, 4, nullptr, false);
+    EXPECT_EQ(d.device, local % 4) << local;
+    EXPECT_EQ(d.source, "local rank");
+    EXPECT_NE(d.warning.find("8 ranks on this node share 4 GPUs"), std::string::npos) << d.warning;
+  }
+  const auto one_each = choose_device(1, 2, 2, "", false);
+  EXPECT_EQ(one_each.device, 1);
+  EXPECT_TRUE(one_each.warning.empty());
+  EXPECT_EQ(hpctrain::describe(one_each), "cuda:1 of 2 GPUs (local rank)");
+  const auto env = choose_device(1, 2, 4, "3", false);
+  EXPECT_EQ(env.device, 3);
+  EXPECT_EQ(env.source, "HPCTRAIN_DEVICE_ID");
+  const auto argv = choose_device(1, 2, 4, "3", true);  // the command line wins; Kokkos applies it
+  EXPECT_EQ(argv.device, -1);
+  EXPECT_EQ(hpctrain::describe(argv), "as the command line's --kokkos-device-id says, of 4 GPUs");
+  for (const char* bad : {"4", "-1", "x", "1.5"}) {
+    try {
+      choose_device(0, 1, 4, bad, false);
+      ADD_FAILURE() << "HPCTRAIN_DEVICE_ID=" << bad << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("HPCTRAIN_DEVICE_ID='") + bad +
+                                           "': expected a GPU id from 0 to 3 (this process sees 4 GPUs)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// In this (host) build the Environment chose no device, and the start-up line says nothing.
+TEST(DeviceChoice, HostBuildChoosesNone) {
+#if !defined(KOKKOS_ENABLE_CUDA)
+  EXPECT_EQ(hpctrain::device_choice().devices, 0);
+  EXPECT_EQ(hpctrain::device_choice().device, -1);
+#else
+  GTEST_SKIP() << "a CUDA build";
+#endif
+}

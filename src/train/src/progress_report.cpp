@@ -63,6 +63,8 @@ void ProgressReport::print_start(const RunDescription& run) const {
               to_string(schedule_.kind).c_str());
   std::printf("hpctrain: compute: %s, gemm on %s, convolutions on %s\n", describe(compute_threads()).c_str(),
               core::gemm_backend_name(core::gemm_backend()), core::conv_backend_name(core::conv_backend()));
+  if (const std::string gpu = describe(device_choice()); !gpu.empty()) std::printf("hpctrain: device: %s\n", gpu.c_str());
+  if (!device_choice().warning.empty()) std::fprintf(stderr, "hpctrain: warning: %s\n", device_choice().warning.c_str());
   if (o.deterministic) {
     const std::int64_t shards = micro_shard_count(o.global_batch, o.micro_shard);
     std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), "

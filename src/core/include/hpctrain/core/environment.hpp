@@ -56,6 +56,30 @@ const ComputeThreads& compute_threads();
 /// One line for the start of a run: "1 thread per rank (2 ranks on this node, 2 cores: ...)".
 std::string describe(const ComputeThreads& t);
 
+/// Which GPU a rank uses, and why. Decided once by the Environment before Kokkos starts, in
+/// builds whose Kokkos has a GPU back end (device_count > 0); one rank per GPU is the model.
+struct DeviceChoice {
+  int device = -1;      ///< the device id handed to Kokkos (--kokkos-device-id); -1: none chosen
+  int devices = 0;      ///< GPUs this process sees (CUDA_VISIBLE_DEVICES applied)
+  std::string source;   ///< what decided: "--kokkos-device-id", "HPCTRAIN_DEVICE_ID", "local rank"
+  std::string warning;  ///< non-empty when ranks will share a GPU (more ranks on the node than GPUs)
+};
+
+/// The device policy: a device the command line gives Kokkos (`argv_names_device`:
+/// --kokkos-device-id, --kokkos-device or --kokkos-num-devices) is left to Kokkos; else
+/// HPCTRAIN_DEVICE_ID (`device_env`, an id below `devices`; anything else is refused with the
+/// value and the count); else `local_rank` % `devices` (MPI_COMM_TYPE_SHARED's rank), with a
+/// warning when the node has more ranks than GPUs. No GPUs (`devices` 0, a host build): no choice.
+/// Pure: the Environment applies the result.
+DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices, const char* device_env,
+                           bool argv_names_device);
+
+/// The choice the Environment made (device -1 and devices 0 in a build without a GPU back end).
+const DeviceChoice& device_choice();
+
+/// One line for the start of a run ("cuda:1 of 2 GPUs (local rank 1 of 2)"); empty without a choice.
+std::string describe(const DeviceChoice& d);
+
 class Environment {
  public:
   Environment();
