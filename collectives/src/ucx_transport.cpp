@@ -74,13 +74,7 @@ using detail::mpi_is_up;
 
 /// UniqueHandle traits of a UCX object released by `Release` alone (a context, a worker).
 template <class Handle, void (*Release)(Handle)>
-struct UcpTraits {
-  using handle_type = Handle;
-  static handle_type null() noexcept { return nullptr; }
-  static bool is_null(handle_type h) noexcept { return h == nullptr; }
-  static bool library_up() noexcept { return true; }
-  static void free(handle_type h) noexcept { Release(h); }
-};
+using UcpTraits = PointerHandleTraits<Handle, Release>;
 /// A ucp_context_h (ucp_cleanup).
 using UcpContext = UniqueHandle<UcpTraits<ucp_context_h, &ucp_cleanup>>;
 /// A ucp_worker_h (ucp_worker_destroy; endpoints still open are released with it).

@@ -64,4 +64,16 @@ class UniqueHandle {
   Traits traits_{};
 };
 
+/// Traits of a pointer handle freed by the one call `Release(handle)` (its result ignored) of a
+/// library that is always up, or that tolerates a late call (UCX contexts and workers, CUDA
+/// streams, NCCL communicators): `UniqueHandle<PointerHandleTraits<cudaStream_t, &cudaStreamDestroy>>`.
+template <class Handle, auto Release>
+struct PointerHandleTraits {
+  using handle_type = Handle;
+  static handle_type null() noexcept { return nullptr; }
+  static bool is_null(handle_type h) noexcept { return h == nullptr; }
+  static bool library_up() noexcept { return true; }
+  static void free(handle_type h) noexcept { (void)Release(h); }
+};
+
 }  // namespace hpctrain
