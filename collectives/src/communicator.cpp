@@ -109,6 +109,7 @@ void Communicator::allreduce(const void* send, void* recv, std::size_t count, Da
                              ReduceOp op, Algorithm algo) {
   check_buffers("allreduce", send, recv, count, count, count, type);
   if (algo == Algorithm::automatic) algo = impl_->tuning.allreduce_algorithm;
+  if (algo == Algorithm::nccl) detail::refuse_nccl_on_host("allreduce");
   impl_->drain();
   impl_->run_allreduce(send, recv, count, type, op, algo, impl_->sequence++);
 }
@@ -119,13 +120,18 @@ void Communicator::set_device_memory(std::shared_ptr<DeviceMemory> device) {
 }
 
 /// The checks of a device all-reduce and its sequence numbers (one per staged chunk and one
-/// for the error agreement, see run_device_allreduce); resolves `algo` from the tuning.
+/// for the error agreement, see run_device_allreduce; `nccl` uses the first two to set up its
+/// communicator); resolves `algo` from the tuning. `nccl` needs no DeviceMemory.
 std::uint64_t Communicator::Impl::start_device_allreduce(const char* op, const void* send, const void* recv,
                                                          std::size_t count, DataType type, Algorithm& algo) {
   check_buffers(op, send, recv, count, count, count, type);
-  HPCTRAIN_REQUIRE(device != nullptr, std::string(op) + ": MemorySpace::device buffers need a DeviceMemory "
-                                                        "(Communicator::set_device_memory); none was set");
   if (algo == Algorithm::automatic) algo = tuning.allreduce_algorithm;
+  if (algo == Algorithm::nccl) {
+    detail::require_nccl_built(op);
+  } else {
+    HPCTRAIN_REQUIRE(device != nullptr, std::string(op) + ": MemorySpace::device buffers need a DeviceMemory "
+                                                          "(Communicator::set_device_memory); none was set");
+  }
   const std::uint64_t seq = sequence;
   sequence += device_chunks(count, type) + 1;
   return seq;
@@ -152,6 +158,7 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
                               ReduceOp op, Algorithm algo) {
   check_buffers("iallreduce", send, recv, count, count, count, type);
   if (algo == Algorithm::automatic) algo = impl_->tuning.allreduce_algorithm;
+  if (algo == Algorithm::nccl) detail::refuse_nccl_on_host("iallreduce");
   const std::uint64_t seq = impl_->sequence++;
   Impl* impl = impl_.get();
   return Work(impl->progress_engine().submit([=] { impl->run_allreduce(send, recv, count, type, op, algo, seq); }));

@@ -16,6 +16,7 @@
 #include "algorithms.hpp"
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/device_memory.hpp"
+#include "nccl_allreduce.hpp"
 #include "progress_engine.hpp"
 
 namespace hpctrain::coll {
@@ -57,6 +58,17 @@ struct Communicator::Impl {
   void run_device_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                             Algorithm algo, std::uint64_t seq);
   std::size_t device_chunks(std::size_t count, DataType type) const noexcept;
+  /// Algorithm::nccl on device buffers: ncclAllReduce over `nccl`, created at the first call
+  /// with sequence numbers seq and seq + 1 (create_nccl).
+  void run_nccl_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                          std::uint64_t seq);
+  /// Collective: agrees that every rank can run NCCL on these buffers (else every rank throws,
+  /// naming the highest rank that cannot and its own reason), then joins the NCCL communicator
+  /// whose unique id rank 0 broadcasts.
+  void create_nccl(const void* send, const void* recv, std::uint64_t seq);
+  /// Collective (one 4-byte all-reduce, sequence number `seq`): the highest rank whose `failed`
+  /// is true, or -1 when none is.
+  int highest_failing_rank(bool failed, std::uint64_t seq);
   /// communicator.cpp: argument checks, `algo` resolved, the sequence numbers reserved.
   std::uint64_t start_device_allreduce(const char* op, const void* send, const void* recv, std::size_t count,
                                        DataType type, Algorithm& algo);
@@ -100,6 +112,7 @@ struct Communicator::Impl {
   std::shared_ptr<DeviceMemory> device;   // null: device buffers are refused
   std::shared_ptr<void> staging[2];        // the pipeline's host buffers, staging_bytes each
   std::size_t staging_bytes = 0;
+  detail::NcclCommPtr nccl;                // Algorithm::nccl's communicator, null until its first call
   std::uint64_t sequence = 0;      // collectives issued so far, for tags and diagnostics
   // Last: destroyed first, so queued work finishes while the members above still exist.
   std::unique_ptr<ProgressEngine> engine;

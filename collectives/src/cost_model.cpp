@@ -179,7 +179,7 @@ double CostModel::calibration(Algorithm algo, double bytes) const noexcept {
 
 double Tuning::predict_allreduce_s(Algorithm algo, std::size_t bytes, int ranks, int ranks_per_node) const noexcept {
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  if (algo == Algorithm::automatic || algo == Algorithm::mpi || ranks < 1) return kNever;
+  if (!detail::is_modelled(algo) || ranks < 1) return kNever;
   const double n = static_cast<double>(bytes);
   // The terms in α and synchronisations stay; every β and γ is scaled by the calibration.
   return formula_s(algo, n, ranks, ranks_per_node, model.calibration(algo, n)) +
@@ -188,7 +188,7 @@ double Tuning::predict_allreduce_s(Algorithm algo, std::size_t bytes, int ranks,
 
 double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node, double byte_scale) const noexcept {
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  if (algo == Algorithm::automatic || algo == Algorithm::mpi || ranks < 1) return kNever;
+  if (!detail::is_modelled(algo) || ranks < 1) return kNever;
   const int k = (ranks_per_node <= 0 || ranks_per_node > ranks) ? ranks : ranks_per_node;
   const int nodes = (ranks + k - 1) / k;
   const double gamma = model.gamma_s_per_byte * byte_scale;
@@ -223,7 +223,8 @@ double Tuning::formula_s(Algorithm algo, double n, int ranks, int ranks_per_node
       }
       break;
     case Algorithm::automatic:
-    case Algorithm::mpi: break;
+    case Algorithm::mpi:
+    case Algorithm::nccl: break;
   }
   return t;
 }

@@ -1,9 +1,11 @@
 // All-reduce of MemorySpace::device buffers (docs/collectives.md, "Device buffers"): pass-through
-// to a device-aware vendor all-reduce, else the staging pipeline below. The reductions of staged
-// chunks run on the host (the host all-reduce of run_allreduce); a CUDA build that reduces on the
-// device would replace `reduce_chunk` with a device-side algorithm over device-aware transfers.
+// to a device-aware vendor all-reduce (`mpi` over CUDA-aware MPI, `nccl`), else the staging
+// pipeline below. The reductions of staged chunks run on the host (the host all-reduce of
+// run_allreduce); a CUDA build that reduces on the device would replace `reduce_chunk` with a
+// device-side algorithm over device-aware transfers.
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -16,8 +18,27 @@
 #include "communicator_impl.hpp"
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/device_memory.hpp"
+#include "nccl_allreduce.hpp"
+#include "vendor_call_watchdog.hpp"
 
 namespace hpctrain::coll {
+
+namespace detail {
+
+std::string nccl_what(const char* op) { return std::string(op) + ": algorithm 'nccl' (ncclAllReduce)"; }
+
+void require_nccl_built(const char* op) {
+  const std::string problem = nccl_build_problem();
+  HPCTRAIN_REQUIRE(problem.empty(), nccl_what(op) + ": " + problem);
+}
+
+void refuse_nccl_on_host(const char* op) {
+  require_nccl_built(op);
+  HPCTRAIN_FAIL(nccl_what(op) + " needs device buffers (MemorySpace::device, CUDA memory); these are host "
+                                "buffers: use another algorithm for host memory");
+}
+
+}  // namespace detail
 
 std::shared_ptr<void> DeviceMemory::allocate_staging(std::size_t bytes) {
   return std::shared_ptr<void>(new std::byte[std::max<std::size_t>(bytes, 1)],
@@ -120,9 +141,47 @@ std::size_t Communicator::Impl::device_chunks(std::size_t count, DataType type) 
   return (count + chunk - 1) / chunk;
 }
 
+int Communicator::Impl::highest_failing_rank(bool failed, std::uint64_t seq) {
+  std::int32_t highest = failed ? rank() + 1 : 0;
+  run_allreduce(&highest, &highest, 1, DataType::i32, ReduceOp::max, Algorithm::recursive_doubling, seq);
+  return highest - 1;
+}
+
+void Communicator::Impl::create_nccl(const void* send, const void* recv, std::uint64_t seq) {
+  int device = -1;
+  std::string problem = detail::nccl_local_problem(send, recv, device);
+  std::array<std::int64_t, detail::kNcclIdBytes / sizeof(std::int64_t)> id{};
+  if (problem.empty() && rank() == 0) {
+    try {
+      detail::nccl_unique_id(id.data());
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  const int failing = highest_failing_rank(!problem.empty(), seq);
+  HPCTRAIN_REQUIRE(failing < 0, detail::nccl_what("allreduce") + " cannot run on rank " + std::to_string(failing) +
+                                    " (the highest rank that cannot); on this rank: " +
+                                    (problem.empty() ? std::string("it could") : problem));
+  run_broadcast(id.data(), id.size(), DataType::i64, 0, seq + 1);
+  const detail::VendorCallWatch watch({"ncclCommInitRank", "allreduce(nccl) set-up", seq + 1, 0, DataType::f32, size()},
+                                      tuning.timeout_s);
+  nccl = detail::make_nccl_comm(id.data(), rank(), size(), device);
+}
+
+void Communicator::Impl::run_nccl_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                                            ReduceOp op, std::uint64_t seq) {
+  if (!nccl) create_nccl(send, recv, seq);
+  const detail::VendorCallWatch watch({"ncclAllReduce", "allreduce(nccl)", seq, count, type, size()}, tuning.timeout_s);
+  detail::nccl_allreduce(*nccl, send, recv, count, type, op);
+}
+
 void Communicator::Impl::run_device_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                               ReduceOp op, Algorithm algo, std::uint64_t seq) {
   if (count == 0) return;
+  if (algo == Algorithm::nccl) {
+    run_nccl_allreduce(send, recv, count, type, op, seq);
+    return;
+  }
   if (algo == Algorithm::mpi && device->transport_can_read()) {
     run_allreduce(send, recv, count, type, op, algo, seq);  // the vendor library reads the device
     return;
@@ -138,14 +197,11 @@ void Communicator::Impl::run_device_allreduce(const void* send, void* recv, std:
     run_allreduce(buf, buf, n, type, op, algo, seq + k);  // the CUDA seam: a device reduction
   });
   // One agreement per call, so a copy that failed on any rank fails the call on every rank.
-  const std::size_t chunks = device_chunks(count, type);
-  std::int32_t failed_rank = pipeline.failure() ? rank() + 1 : 0;
-  run_allreduce(&failed_rank, &failed_rank, 1, DataType::i32, ReduceOp::max, Algorithm::recursive_doubling,
-                seq + chunks);
-  if (failed_rank == 0) return;
+  const int failing = highest_failing_rank(pipeline.failure() != nullptr, seq + device_chunks(count, type));
+  if (failing < 0) return;
   HPCTRAIN_FAIL("allreduce(count=" + std::to_string(count) + ", " + std::string(to_string(type)) +
                 ", device memory '" + device->name() + "'): a device copy failed on rank " +
-                std::to_string(failed_rank - 1) + " (the highest rank with a failure); on this rank: " +
+                std::to_string(failing) + " (the highest rank with a failure); on this rank: " +
                 (pipeline.failure() ? message_of(pipeline.failure()) : std::string("the copies succeeded")));
 }
 

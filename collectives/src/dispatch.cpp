@@ -79,6 +79,7 @@ void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t
                                        ReduceOp op, Algorithm algo, std::uint64_t seq) {
   const std::size_t bytes = count * size_of(type);
   if (algo == Algorithm::automatic) algo = tuning.choose_allreduce(bytes, size(), ranks_per_node());
+  if (algo == Algorithm::nccl) detail::refuse_nccl_on_host("allreduce");  // device buffers: run_nccl_allreduce
   if (algo == Algorithm::mpi) {
     const detail::VendorCallWatch watch({"MPI_Allreduce", "allreduce(mpi)", seq, count, type, size()},
                                         tuning.timeout_s);
@@ -103,7 +104,8 @@ void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t
       });
       break;
     case Algorithm::automatic:
-    case Algorithm::mpi: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
+    case Algorithm::mpi:
+    case Algorithm::nccl: HPCTRAIN_FAIL("allreduce: unresolved algorithm");
   }
   if (op == ReduceOp::avg) detail::divide_by(recv, count, type, size());
 }

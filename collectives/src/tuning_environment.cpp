@@ -71,7 +71,7 @@ std::uint32_t parse_auto_algorithms(const std::string& list, const std::string& 
   for (std::string name; std::getline(in, name, ',');) {
     if (name.empty()) continue;
     const Algorithm a = parse_algorithm(name, where);
-    HPCTRAIN_REQUIRE(a != Algorithm::automatic && a != Algorithm::mpi,
+    HPCTRAIN_REQUIRE(detail::is_modelled(a),
                      where + "='" + list + "': '" + name +
                          "' is not a modelled algorithm (expected ring, tree, recursive_doubling, "
                          "rabenseifner, shm, hierarchical)");

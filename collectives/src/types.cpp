@@ -95,6 +95,7 @@ std::string_view to_string(Algorithm a) noexcept {
     case Algorithm::rabenseifner: return "rabenseifner";
     case Algorithm::shm: return "shm";
     case Algorithm::hierarchical: return "hierarchical";
+    case Algorithm::nccl: return "nccl";
   }
   return "?";
 }

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,59 @@ inline std::string run_failing_copy(Communicator& comm, int failing) {
   dev.deallocate(buf);
   comm.set_device_memory(nullptr);
   return message;
+}
+
+/// The text `nccl` is refused with on this rank, or "" when the call was accepted.
+inline std::string nccl_refusal(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// `nccl` where it cannot run, on every rank alike: host buffers (blocking, and non-blocking:
+/// refused on the calling thread) and stand-in device memory, which is no CUDA memory (and no
+/// DeviceMemory is set: `nccl` needs none). `algo` is Algorithm::nccl, or automatic on a
+/// communicator whose tuning forces nccl (HPCTRAIN_ALLREDUCE_ALGO=nccl). Without NCCL in the
+/// build each call is refused naming the build; with NCCL, host buffers are refused naming device
+/// buffers, and the device call fails on every rank naming the highest rank that cannot run it
+/// and this rank's reason (no CUDA device without a GPU; not device memory with one). The
+/// communicator stays usable: a ring all-reduce afterwards must give the exact sum.
+inline void expect_nccl_refused(Communicator& comm, Algorithm algo) {
+  std::vector<float> v(5, 1.0f);
+  const std::string host = nccl_refusal([&] {
+    comm.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum, algo);
+  });
+  const std::string ihost = nccl_refusal([&] {
+    (void)comm.iallreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum, algo);
+  });
+  StandInDevice dev;
+  void* buf = dev.allocate(v.size() * sizeof(float));
+  const std::string device = nccl_refusal([&] {
+    comm.allreduce(buf, buf, v.size(), DataType::f32, ReduceOp::sum, MemorySpace::device, algo);
+  });
+  dev.deallocate(buf);
+#ifdef HPCTRAIN_HAVE_NCCL
+  for (const std::string& msg : {host, ihost}) {
+    EXPECT_NE(msg.find("algorithm 'nccl' (ncclAllReduce) needs device buffers"), std::string::npos) << msg;
+  }
+  EXPECT_NE(device.find("algorithm 'nccl' (ncclAllReduce) cannot run on rank " + std::to_string(comm.size() - 1)),
+            std::string::npos)
+      << device;
+  EXPECT_TRUE(device.find("no CUDA device (cudaGetDeviceCount") != std::string::npos ||
+              device.find("not CUDA device memory") != std::string::npos ||
+              device.find("not CUDA memory") != std::string::npos)
+      << device;
+#else
+  const std::string no_build = "algorithm 'nccl' (ncclAllReduce): this build has no NCCL (configure with "
+                               "-DHPCTRAIN_ENABLE_CUDA_COLLECTIVES=ON and NCCL installed";
+  for (const std::string& msg : {host, ihost, device}) EXPECT_NE(msg.find(no_build), std::string::npos) << msg;
+#endif
+  for (float& x : v) x = static_cast<float>(comm.rank() + 1);
+  comm.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum, Algorithm::ring);
+  for (float x : v) EXPECT_EQ(x, static_cast<float>(comm.size() * (comm.size() + 1) / 2));
 }
 
 }  // namespace hpctrain::coll::testing

@@ -118,6 +118,15 @@ TEST(DeviceLoopbackPipeline, HostSpaceIsThePlainCall) {
   });
 }
 
+// `nccl` where it cannot run (every build here: no GPU, or stand-in memory): one clear error on
+// every rank, named per build (device_cases.hpp), asked for directly and through the tuning.
+TEST_P(DeviceLoopback, NcclIsRefusedOnEveryRankWithTheReason) {
+  run_loopback_ranks(GetParam(), tuning(), [](Communicator& comm) { expect_nccl_refused(comm, Algorithm::nccl); });
+  Tuning forced = tuning();
+  forced.allreduce_algorithm = Algorithm::nccl;  // HPCTRAIN_ALLREDUCE_ALGO=nccl
+  run_loopback_ranks(GetParam(), forced, [](Communicator& comm) { expect_nccl_refused(comm, Algorithm::automatic); });
+}
+
 // The stand-in really is unreadable by the host: a direct read dies with SIGSEGV.
 TEST(DeviceLoopbackPipelineDeathTest, HostReadOfStandInMemoryCrashes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
@@ -146,6 +155,34 @@ TEST(DeviceCuda, ClearErrorWithoutAGpu) {
   }
   GTEST_SKIP() << "a GPU is present: this case checks only the error without one";
 }
+
+#ifdef HPCTRAIN_HAVE_NCCL
+bool gpu_present() {
+  try {
+    (void)make_cuda_device_memory(0, false);
+    return true;
+  } catch (const hpctrain::Error&) {
+    return false;
+  }
+}
+
+// Built with NCCL (scripts/check-cuda-collectives.sh). Without a GPU, `nccl` on device buffers
+// fails on every rank naming the missing device (cudaGetDeviceCount). With a GPU it is skipped
+// (running NCCL is the GPU check's job, issue 23).
+TEST(DeviceCuda, NcclClearErrorWithoutAGpu) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present: this case checks only the error without one";
+  EXPECT_TRUE(nccl_built());
+  testing::run_loopback_ranks(2, tuning(), [](Communicator& comm) {
+    float x = 1;  // any pointer: the device check comes first
+    const std::string msg = testing::nccl_refusal(
+        [&] { comm.allreduce(&x, &x, 1, DataType::f32, ReduceOp::sum, MemorySpace::device, Algorithm::nccl); });
+    EXPECT_NE(msg.find("allreduce: algorithm 'nccl' (ncclAllReduce) cannot run on rank 1 (the highest rank that "
+                       "cannot); on this rank: no CUDA device (cudaGetDeviceCount: "),
+              std::string::npos)
+        << msg;
+  });
+}
+#endif
 
 }  // namespace
 }  // namespace hpctrain::coll

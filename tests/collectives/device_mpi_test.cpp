@@ -30,6 +30,12 @@ TEST(DeviceMpi, FailedCopyOnLastRankFailsEveryRank) {
   EXPECT_NE(msg.find("a device copy failed on rank " + std::to_string(failing)), std::string::npos) << msg;
 }
 
+// `nccl` refused on every process alike (device_cases.hpp), and MPI still usable afterwards.
+TEST(DeviceMpi, NcclIsRefusedOnEveryRankWithTheReason) {
+  Communicator comm(make_default_transport(MPI_COMM_WORLD), device_test_tuning(Tuning::from_environment()));
+  expect_nccl_refused(comm, Algorithm::nccl);
+}
+
 TEST(DeviceMpi, CudaAwareQueryAnswers) {
   // This Open MPI is built without CUDA: the query must say so (and not crash).
   EXPECT_FALSE(mpi_transport_cuda_aware());

@@ -350,7 +350,7 @@ TEST(ScatterGatherErrors, UnsupportedAlgorithmIsRefusedNamingIt) {
   t.timeout_s = 10;
   testing::run_loopback_ranks(1, t, [&](Communicator& comm) {
     std::vector<float> a(4), b(4);
-    for (Algorithm algo : {Algorithm::tree, Algorithm::recursive_doubling, Algorithm::mpi}) {
+    for (Algorithm algo : {Algorithm::tree, Algorithm::recursive_doubling, Algorithm::mpi, Algorithm::nccl}) {
       const std::string name(to_string(algo));
       auto expect_refused = [&](const std::function<void()>& call, const char* op) {
         try {

@@ -18,12 +18,17 @@
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/collectives/device_memory.hpp"  // nccl_built
 #include "hpctrain/collectives/tuning.hpp"
 
 namespace {
 
 using hpctrain::coll::Algorithm;
 using hpctrain::coll::Tuning;
+using hpctrain::coll::algorithm_names;
+using hpctrain::coll::nccl_built;
+using hpctrain::coll::parse_algorithm;
+using hpctrain::coll::to_string;
 namespace fs = std::filesystem;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
@@ -96,6 +101,34 @@ TEST(CostModel, OneNodeLargeMessagesUseSharedMemory) {
   EXPECT_TRUE(std::isinf(t.predict_allreduce_s(Algorithm::hierarchical, kMiB, 4, 1)));
   EXPECT_TRUE(std::isinf(t.predict_allreduce_s(Algorithm::mpi, kMiB, 4, 4)));
   EXPECT_NE(t.choose_allreduce(64 * kMiB, 4, 1), Algorithm::shm);
+}
+
+// `auto` never picks a vendor pass-through (mpi, nccl), even with every candidate bit set and at
+// any size, rank count and node layout; the model prices neither.
+TEST(CostModel, AutoNeverPicksVendorPassThroughs) {
+  const Tuning t;
+  for (Algorithm vendor : {Algorithm::mpi, Algorithm::nccl}) {
+    EXPECT_TRUE(std::isinf(t.predict_allreduce_s(vendor, kMiB, 4, 4))) << to_string(vendor);
+  }
+  for (std::size_t bytes : {std::size_t{8}, 64 * std::size_t{1024}, kMiB, 64 * kMiB})
+    for (int ranks : {1, 2, 3, 8, 64})
+      for (int per_node : {0, 1, 2, ranks}) {
+        const Algorithm a = t.cheapest_allreduce(bytes, ranks, per_node, ~std::uint32_t{0});
+        EXPECT_NE(a, Algorithm::nccl) << bytes << " B, p=" << ranks << ", per node " << per_node;
+        EXPECT_NE(a, Algorithm::mpi) << bytes << " B, p=" << ranks << ", per node " << per_node;
+      }
+}
+
+// Every build lists and parses `nccl` (a build without NCCL refuses it at the call, saying why).
+TEST(Algorithms, NcclIsListedAndParsed) {
+  EXPECT_EQ(parse_algorithm("nccl"), Algorithm::nccl);
+  EXPECT_EQ(to_string(Algorithm::nccl), "nccl");
+  EXPECT_NE(algorithm_names().find(", nccl"), std::string::npos) << algorithm_names();
+#ifdef HPCTRAIN_HAVE_NCCL
+  EXPECT_TRUE(nccl_built());
+#else
+  EXPECT_FALSE(nccl_built());
+#endif
 }
 
 TEST(CostModel, SeveralNodesLargeMessagesUseHierarchical) {
@@ -429,9 +462,13 @@ TEST(CostModel, ExplicitAlgorithmAndRestrictionsWin) {
       EXPECT_EQ(e.ring_segment_bytes, 65536u);
       EXPECT_EQ(e.choose_allreduce(8, 8, 8), Algorithm::tree);
     }
+    for (const char* vendor : {"ring,mpi", "nccl"}) {  // the pass-throughs are not modelled
+      EnvGuard bad("HPCTRAIN_AUTO_ALGOS", vendor);
+      EXPECT_THROW((void)Tuning::from_environment(), hpctrain::Error) << vendor;
+    }
     {
-      EnvGuard bad("HPCTRAIN_AUTO_ALGOS", "ring,mpi");
-      EXPECT_THROW((void)Tuning::from_environment(), hpctrain::Error);
+      EnvGuard algo("HPCTRAIN_ALLREDUCE_ALGO", "nccl");  // explicit: honoured (refused at the call if it cannot run)
+      EXPECT_EQ(Tuning::from_environment().choose_allreduce(8, 8, 8), Algorithm::nccl);
     }
     {
       EnvGuard gone("HPCTRAIN_AUTO_TREE_MAX_BYTES", "64K");

@@ -100,6 +100,8 @@ class Communicator {
   /// through two host buffers (copy in, host all-reduce with `algo`, copy out, overlapped) and
   /// one extra 4-byte all-reduce per call makes a failed copy on any rank fail the call on every
   /// rank. Per element the result has the bits of the host all-reduce of the chunk holding it.
+  /// With `algo` nccl the pointers go to ncclAllReduce instead (no DeviceMemory needed; see
+  /// nccl_built() for where it runs and how it is refused). The host overloads refuse nccl.
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, MemorySpace space,
                  Algorithm algo = Algorithm::automatic);
   Work iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, MemorySpace space,

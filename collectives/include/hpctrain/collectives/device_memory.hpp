@@ -6,7 +6,8 @@
 /// buffers in allreduce / iallreduce. It never dereferences a device pointer on the host: it
 /// stages chunks through host buffers with the copies below (a double-buffered pipeline, see
 /// docs/collectives.md, "Device buffers"), or, when transport_can_read() and the algorithm is
-/// `mpi` (the vendor library reduces), passes the pointers through.
+/// `mpi` (the vendor library reduces), passes the pointers through. Algorithm::nccl passes them
+/// to NCCL and needs no DeviceMemory (nccl_built() below).
 ///
 /// Implementations: StandInDevice (stand_in_device.hpp: host memory the host cannot touch, for
 /// tests on CPU builds) and, in a build with HPCTRAIN_ENABLE_CUDA_COLLECTIVES, the CUDA one
@@ -43,6 +44,15 @@ class DeviceMemory {
 /// Whether the MPI library reports CUDA support at run time (Open MPI's MPIX_Query_cuda_support
 /// from <mpi-ext.h>); false where the MPI library has no such query.
 bool mpi_transport_cuda_aware();
+
+/// Whether this build has Algorithm::nccl (HPCTRAIN_ENABLE_CUDA_COLLECTIVES and NCCL found, also
+/// the compile definition HPCTRAIN_HAVE_NCCL). It passes MemorySpace::device buffers (cudaMalloc
+/// memory) to ncclAllReduce over an NCCL communicator the Communicator creates at its first
+/// `nccl` call (rank 0's unique id broadcast through the Communicator) and destroys with itself;
+/// it needs no DeviceMemory. Refused with hpctrain::Error naming the reason: in builds without
+/// NCCL, on host buffers, and on every rank when any rank's CUDA sees no device or holds a buffer
+/// that is not device memory.
+bool nccl_built() noexcept;
 
 #ifdef HPCTRAIN_HAVE_CUDA_COLLECTIVES
 /// CUDA: cudaMemcpyAsync on two streams of `device`, pinned staging (cudaHostAlloc).

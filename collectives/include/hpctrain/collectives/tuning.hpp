@@ -120,7 +120,7 @@ std::size_t parse_byte_count(const std::string& text, const std::string& what);
 TransportKind parse_transport_kind(const std::string& name, const char* where = "transport");
 
 /// Number of Algorithm values (automatic included), for per-algorithm tables.
-inline constexpr std::size_t kAlgorithmCount = 8;
+inline constexpr std::size_t kAlgorithmCount = 9;
 
 /// Parameters of the all-reduce cost model (see the file comment for the formulas). The
 /// defaults are order-of-magnitude figures for a current CPU node with a 100 Gb/s class
@@ -183,7 +183,7 @@ struct CostModel {
 
 struct Tuning {
   /// Bits of auto_algorithms for ring, tree, recursive_doubling, rabenseifner, shm, hierarchical.
-  static constexpr std::uint32_t kAllModelled = 0xFEu & ~(1u << 3);  // all but automatic (0), mpi (3)
+  static constexpr std::uint32_t kAllModelled = 0xFEu & ~(1u << 3);  // bits 1-7 but mpi (3); nccl (8) is not one
 
   /// Algorithm used when a call passes Algorithm::automatic. `automatic` here means: choose
   /// by the cost model (choose_allreduce).
@@ -214,7 +214,7 @@ struct Tuning {
   /// automatic: the cost model's parameters (HPCTRAIN_TUNING_FILE, else the defaults).
   CostModel model;
   /// automatic: the algorithms it may pick, one bit per Algorithm value (bit 1 << int(a)).
-  /// Default: every modelled algorithm (all but automatic and mpi); in a SimGrid SMPI build
+  /// Default: every modelled algorithm (all but automatic, mpi and nccl); in a SimGrid SMPI build
   /// (HPCTRAIN_SMPI) all but shm and hierarchical, which cannot run there (docs/simulation.md).
 #ifdef HPCTRAIN_SMPI
   std::uint32_t auto_algorithms = kAllModelled & ~((1u << 6) | (1u << 7));  // not shm (6), hierarchical (7)

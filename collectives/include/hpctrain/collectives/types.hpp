@@ -52,19 +52,26 @@ enum class DataType { f32, f64, f16, bf16, i32, i64 };
 enum class ReduceOp { sum, prod, min, max, avg };
 
 /// All-reduce algorithms. `automatic` chooses by message size and rank count (the cost model
-/// in tuning.hpp); `mpi` passes through to MPI_Allreduce (only on an MPI transport).
+/// in tuning.hpp); `mpi` passes through to MPI_Allreduce (only on an MPI transport); `nccl` to
+/// ncclAllReduce (device buffers only).
 /// - ring: pipelined ring reduce-scatter + all-gather (bandwidth-optimal)
 /// - tree: binomial (small) or pipelined double binary tree (large)
 /// - recursive_doubling: lg p exchanges of the whole vector (latency-optimal, small messages)
 /// - rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather
 /// - shm: single-copy over node-local shared memory (all ranks on one node)
 /// - hierarchical: intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather
-enum class Algorithm { automatic, ring, tree, mpi, recursive_doubling, rabenseifner, shm, hierarchical };
-/// Every Algorithm, in declaration order (help texts and parse errors list them from here).
+/// - nccl: passes through to ncclAllReduce, on MemorySpace::device (CUDA) buffers only, in builds
+///   with NCCL (nccl_built() in device_memory.hpp); elsewhere refused with an error saying why
+/// `automatic` never picks mpi or nccl.
+enum class Algorithm { automatic, ring, tree, mpi, recursive_doubling, rabenseifner, shm, hierarchical, nccl };
+/// Every Algorithm, in declaration order (help texts and parse errors list them from here). Every
+/// build lists and parses `nccl`, so a build without NCCL refuses it naming the reason rather
+/// than calling it unknown.
 inline constexpr Algorithm kAllAlgorithms[] = {Algorithm::automatic,          Algorithm::ring,
                                                Algorithm::tree,               Algorithm::mpi,
                                                Algorithm::recursive_doubling, Algorithm::rabenseifner,
-                                               Algorithm::shm,                Algorithm::hierarchical};
+                                               Algorithm::shm,                Algorithm::hierarchical,
+                                               Algorithm::nccl};
 
 /// One message of Communicator::exchange: `bytes` bytes to or from rank `peer`.
 struct PeerBuffer {
