@@ -182,7 +182,9 @@ void Communicator::Impl::run_device_allreduce(const void* send, void* recv, std:
     run_nccl_allreduce(send, recv, count, type, op, seq);
     return;
   }
-  if (algo == Algorithm::mpi && device->transport_can_read()) {
+  // `avg` stages: the MPI transport divides MPI_Allreduce's sum on the host, which would read
+  // device memory.
+  if (algo == Algorithm::mpi && device->transport_can_read() && op != ReduceOp::avg) {
     run_allreduce(send, recv, count, type, op, algo, seq);  // the vendor library reads the device
     return;
   }

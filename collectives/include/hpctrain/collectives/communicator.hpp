@@ -95,8 +95,8 @@ class Communicator {
   /// Waits for queued non-blocking work first. The device object is shared, not copied.
   void set_device_memory(std::shared_ptr<DeviceMemory> device);
   /// allreduce / iallreduce of buffers in `space`. MemorySpace::host is the overload above.
-  /// MemorySpace::device: when `algo` is mpi and the device memory reports transport_can_read()
-  /// the pointers go to MPI_Allreduce; otherwise chunks of Tuning::device_chunk_bytes are staged
+  /// MemorySpace::device: when `algo` is mpi, `op` is not avg (divided on the host) and the
+  /// device memory reports transport_can_read() the pointers go to MPI_Allreduce; otherwise chunks of Tuning::device_chunk_bytes are staged
   /// through two host buffers (copy in, host all-reduce with `algo`, copy out, overlapped) and
   /// one extra 4-byte all-reduce per call makes a failed copy on any rank fail the call on every
   /// rank. Per element the result has the bits of the host all-reduce of the chunk holding it.
