@@ -70,6 +70,13 @@ class Hpctrain(CMakePackage, CudaPackage):
         description="Device buffers through the collectives (CUDA DeviceMemory; needs +cuda)",
     )
     conflicts("+cuda_collectives", when="~cuda", msg="cuda_collectives needs +cuda")
+    variant(
+        "nccl",
+        default=False,
+        description="The nccl all-reduce algorithm (ncclAllReduce on device buffers; "
+        "needs +cuda_collectives)",
+    )
+    conflicts("+nccl", when="~cuda_collectives", msg="nccl needs +cuda_collectives")
 
     # ROCm/HIP: the compute code is written against Kokkos only, so a Kokkos HIP backend is
     # plausible, but nothing in hpctrain has been built or run on AMD GPUs and the CMake has
@@ -97,6 +104,7 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("protobuf@3.12:")  # io: TensorBoard event files (libprotobuf-lite + protoc)
     depends_on("boost@1.66:")  # io: Boost.CRC (CRC-32C of the event records), header only
     depends_on("ucx@1.12:", when="+ucx")
+    depends_on("nccl@2.10:", when="+nccl")  # found by its path (NCCL_ROOT), not find_package
     depends_on("onednn@2.6:", when="+onednn")
     depends_on("benchmark", when="+benchmarks")
     # Only concretized and built with `spack install --test=...`; see docs/spack.md for the
@@ -161,12 +169,16 @@ class Hpctrain(CMakePackage, CudaPackage):
             self.define_from_variant("HPCTRAIN_ENABLE_ONEDNN", "onednn"),
             self.define_from_variant("HPCTRAIN_ENABLE_CUDA", "cuda"),
             self.define_from_variant("HPCTRAIN_ENABLE_CUDA_COLLECTIVES", "cuda_collectives"),
+            self.define_from_variant("HPCTRAIN_ENABLE_NCCL", "nccl"),
             # Warnings differ between compilers; a user install must not fail on them.
             self.define("HPCTRAIN_WARNINGS_AS_ERRORS", False),
             # Find the MPI of the spec, not whatever mpicc comes first on PATH.
             self.define("MPI_C_COMPILER", spec["mpi"].mpicc),
             self.define("MPI_CXX_COMPILER", spec["mpi"].mpicxx),
         ]
+
+        if spec.satisfies("+nccl"):
+            args.append(self.define("NCCL_ROOT", spec["nccl"].prefix))
 
         if spec.satisfies("+cuda"):
             # Kokkos' compiler: nvcc_wrapper for kokkos+wrapper, else Spack's C++ compiler.
