@@ -6,6 +6,7 @@
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/environment.hpp"
+#include "hpctrain/core/tensor.hpp"
 #include "hpctrain/io/fashion_mnist_cache.hpp"
 #include "hpctrain/models/registry.hpp"
 
@@ -238,6 +239,12 @@ hpctrain::train::TrainOptions resolve_train_options(TrainArgs& a, Communicator& 
   o.schedule.kind = hpctrain::train::parse_schedule(a.schedule);
   o.lr_scaling = hpctrain::train::parse_lr_scaling(a.lr_scaling);
   o.parallel.algorithm = hpctrain::coll::parse_algorithm(a.algo, "--algo");
+  // NCCL all-reduces device memory; a trainer built on a host Kokkos keeps its gradients on the
+  // host, where the first all-reduce would refuse them: say so before any work.
+  constexpr bool host_gradients = Kokkos::SpaceAccessibility<Kokkos::HostSpace, hpctrain::core::MemSpace>::accessible;
+  HPCTRAIN_REQUIRE(o.parallel.algorithm != hpctrain::coll::Algorithm::nccl || !host_gradients,
+                   "--algo nccl: NCCL reduces GPU memory, and this build's gradients are host memory (its Kokkos "
+                   "has no GPU back end); use auto, ring, shm or another host algorithm (docs/collectives.md)");
   HPCTRAIN_REQUIRE(a.bucket_mb > 0 && a.first_bucket_mb > 0, "--bucket-mb and --first-bucket-mb must be positive");
   o.parallel.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
   o.parallel.first_bucket_bytes = static_cast<std::size_t>(a.first_bucket_mb * 1048576.0);
