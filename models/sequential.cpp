@@ -76,14 +76,11 @@ template <class T>
 void Sequential<T>::redirect_gradients(const core::Vec<T>& buffer) {
   HPCTRAIN_REQUIRE(finalized_, "redirect_gradients before finalize");
   HPCTRAIN_REQUIRE(has_gradients(), "redirect_gradients on a model whose gradients were released (inference only)");
-  if (buffer.extent(0) == 0) {
-    bind_layers(grads_);
-    return;
-  }
-  HPCTRAIN_REQUIRE(buffer.extent(0) == params_.extent(0),
+  const core::Vec<T>& target = buffer.extent(0) == 0 ? grads_ : buffer;
+  HPCTRAIN_REQUIRE(target.extent(0) == params_.extent(0),
                    "redirect_gradients: a buffer of " + std::to_string(buffer.extent(0)) + " elements for " +
                        std::to_string(params_.extent(0)) + " parameters");
-  bind_layers(buffer);
+  if (target.data() != bound_grads_.data()) bind_layers(target);  // rebinding allocates views: only when it moves
 }
 
 template <class T>

@@ -74,23 +74,20 @@ int positive_env(const char* name) {
   return static_cast<int>(n);
 }
 
-int ranks_on_this_node() {
+/// This rank's place on its node (MPI_COMM_TYPE_SHARED): its index and the node's rank count;
+/// {0, 1} when the split fails.
+struct NodePlace {
+  int rank = 0;
+  int size = 1;
+};
+NodePlace place_on_this_node() {
+  NodePlace p;
   MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 1;
-  int n = 1;
-  MPI_Comm_size(node, &n);
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return p;
+  MPI_Comm_rank(node, &p.rank);
+  MPI_Comm_size(node, &p.size);
   MPI_Comm_free(&node);
-  return n;
-}
-
-/// This rank's index among the ranks of its node (MPI_COMM_TYPE_SHARED), 0 on failure.
-int local_rank_on_this_node() {
-  MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
-  int r = 0;
-  MPI_Comm_rank(node, &r);
-  MPI_Comm_free(&node);
-  return r;
+  return p;
 }
 
 /// GPUs the Kokkos back end sees (0 in a host build), before Kokkos is initialised.
@@ -261,13 +258,14 @@ void Environment::start(int& argc, char**& argv) {
     HPCTRAIN_REQUIRE(rc == MPI_SUCCESS, "MPI_Init_thread failed");
     owns_mpi_ = true;
   }
-  ComputeThreads t = choose_compute_threads(ranks_on_this_node(), cores_in_affinity_mask(),
+  const NodePlace node = place_on_this_node();
+  ComputeThreads t = choose_compute_threads(node.size, cores_in_affinity_mask(),
                                             static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   set_blas_threads(t.per_rank);
   applied_threads() = t;
   if (!Kokkos::is_initialized()) {
     try {
-      const DeviceChoice d = choose_device(local_rank_on_this_node(), ranks_on_this_node(), gpu_device_count(),
+      const DeviceChoice d = choose_device(node.rank, node.size, gpu_device_count(),
                                            std::getenv("HPCTRAIN_DEVICE_ID"), argv_names_device(argc, argv));
       applied_device() = d;
       initialize_kokkos_without_help(argc, argv, d.device);

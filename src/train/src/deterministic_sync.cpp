@@ -9,7 +9,6 @@
 #include "hpctrain/train/finite_guard.hpp"
 #include "training_pass.hpp"
 #include "hpctrain/collectives/tree_sum.hpp"
-#include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/io/epoch_plan.hpp"
 
 namespace hpctrain::train {
