@@ -10,9 +10,11 @@
 #include <exception>
 #include <string>
 
+#ifdef HPCTRAIN_HAVE_MPI
 #include <mpi.h>
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>
+#endif
 #endif
 
 #include "communicator_impl.hpp"
@@ -46,10 +48,10 @@ std::shared_ptr<void> DeviceMemory::allocate_staging(std::size_t bytes) {
 }
 
 bool mpi_transport_cuda_aware() {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+#if defined(HPCTRAIN_HAVE_MPI) && defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
   return MPIX_Query_cuda_support() == 1;
 #else
-  return false;  // compiled without CUDA support in the MPI library, or no query at all
+  return false;  // no MPI, an MPI library without CUDA support, or no query at all
 #endif
 }
 

@@ -44,6 +44,13 @@ void require_one_node(const char* op, int ranks, int per_node, int tuned_ranks_p
                        "); use 'hierarchical' for several nodes");
 }
 
+/// Appended to the refusal of algorithm `mpi`: why no transport here has MPI_Allreduce.
+#ifdef HPCTRAIN_HAVE_MPI
+constexpr const char* kNoMpiNote = "";
+#else
+constexpr const char* kNoMpiNote = " (this build has no MPI: HPCTRAIN_ENABLE_MPI=OFF)";
+#endif
+
 /// Under SimGrid's SMPI (a build with HPCTRAIN_SMPI) the shared-memory algorithms cannot run:
 /// SMPI 3.32's MPI_Win_allocate_shared does not give the ranks of a host memory they share (shm
 /// then returned wrong sums, measured), and a rank spinning on a shared-memory flag never hands
@@ -85,7 +92,7 @@ void Communicator::Impl::run_allreduce(const void* send, void* recv, std::size_t
                                         tuning.timeout_s);
     HPCTRAIN_REQUIRE(transport->vendor_allreduce(send, recv, count, type, op),
                      "allreduce: algorithm 'mpi' (MPI_Allreduce) needs the MPI transport; this "
-                     "communicator runs over '" + transport->name() + "'");
+                     "communicator runs over '" + transport->name() + "'" + kNoMpiNote);
     return;
   }
   const WaitPolicy wait_policy = policy("allreduce", algo, seq);

@@ -1,8 +1,10 @@
 #include "hpctrain/collectives/transport_factory.hpp"
 
 #include "hpctrain/base/error.hpp"
+#ifdef HPCTRAIN_HAVE_MPI
 #include "hpctrain/collectives/mpi_transport.hpp"
 #include "hpctrain/collectives/ucx_transport.hpp"
+#endif
 
 namespace hpctrain::coll {
 
@@ -14,6 +16,7 @@ bool ucx_transport_available() noexcept {
 #endif
 }
 
+#ifdef HPCTRAIN_HAVE_MPI
 std::unique_ptr<Transport> make_transport(MPI_Comm comm, TransportKind kind) {
   switch (kind) {
     case TransportKind::mpi: return make_mpi_transport(comm);
@@ -32,5 +35,6 @@ std::unique_ptr<Transport> make_transport(MPI_Comm comm, TransportKind kind) {
 std::unique_ptr<Transport> make_default_transport(MPI_Comm comm) {
   return make_transport(comm, Tuning::from_environment().transport);
 }
+#endif  // HPCTRAIN_HAVE_MPI
 
 }  // namespace hpctrain::coll

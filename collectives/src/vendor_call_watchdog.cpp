@@ -1,7 +1,5 @@
 #include "vendor_call_watchdog.hpp"
 
-#include <mpi.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>

@@ -1,6 +1,8 @@
 #include "hpctrain/base/error.hpp"
 
+#ifdef HPCTRAIN_HAVE_MPI
 #include <mpi.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -11,16 +13,25 @@
 #include <string>
 #include <thread>
 
+#ifdef HPCTRAIN_HAVE_MPI
 #include "hpctrain/base/mpi_error.hpp"
+#endif
 
 namespace hpctrain {
 
+#ifdef HPCTRAIN_HAVE_MPI
 int world_rank() noexcept {
   if (!mpi_is_up()) return -1;
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
+#else
+int world_rank() noexcept { return -1; }  // one process, no MPI: errors carry no rank
+namespace {
+bool mpi_is_up() noexcept { return false; }
+}  // namespace
+#endif
 
 namespace {
 constexpr int kMaxAbortCleanups = 8;
@@ -56,7 +67,9 @@ void abort_job(const std::exception& e, int exit_code) noexcept {
   for (int i = 0; i < cleanups; ++i) {
     if (const AbortCleanup cleanup = abort_cleanups[i].load()) cleanup();
   }
+#ifdef HPCTRAIN_HAVE_MPI
   if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
+#endif
   std::exit(exit_code);
 }
 

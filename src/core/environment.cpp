@@ -13,7 +13,9 @@
 #include "hpctrain/base/error.hpp"
 
 #include <Kokkos_Core.hpp>
+#ifdef HPCTRAIN_HAVE_MPI
 #include <mpi.h>
+#endif
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
 #endif
@@ -75,18 +77,20 @@ int positive_env(const char* name) {
 }
 
 /// This rank's place on its node (MPI_COMM_TYPE_SHARED): its index and the node's rank count;
-/// {0, 1} when the split fails.
+/// {0, 1} when the split fails, and always without MPI (one process).
 struct NodePlace {
   int rank = 0;
   int size = 1;
 };
 NodePlace place_on_this_node() {
   NodePlace p;
+#ifdef HPCTRAIN_HAVE_MPI
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return p;
   MPI_Comm_rank(node, &p.rank);
   MPI_Comm_size(node, &p.size);
   MPI_Comm_free(&node);
+#endif
   return p;
 }
 
@@ -246,18 +250,35 @@ void initialize_kokkos_without_help(int& argc, char** argv, int device) {
   argv[argc] = nullptr;
 }
 
-}  // namespace
-
-void Environment::start(int& argc, char**& argv) {
+#ifdef HPCTRAIN_HAVE_MPI
+/// MPI_Init_thread(MPI_THREAD_MULTIPLE) unless MPI is up; the thread level MPI provided, and
+/// whether this call initialised MPI.
+void start_mpi(int& argc, char**& argv, int& thread_level, bool& owns_mpi) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) {
-    MPI_Query_thread(&thread_level_);
+    MPI_Query_thread(&thread_level);
   } else {
-    const int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_);
+    const int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
     HPCTRAIN_REQUIRE(rc == MPI_SUCCESS, "MPI_Init_thread failed");
-    owns_mpi_ = true;
+    owns_mpi = true;
   }
+}
+
+void finalize_mpi() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+#else
+void start_mpi(int&, char**&, int&, bool&) {}  // one process: no MPI to start
+void finalize_mpi() noexcept {}
+#endif
+
+}  // namespace
+
+void Environment::start(int& argc, char**& argv) {
+  start_mpi(argc, argv, thread_level_, owns_mpi_);
   const NodePlace node = place_on_this_node();
   ComputeThreads t = choose_compute_threads(node.size, cores_in_affinity_mask(),
                                             static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
@@ -270,7 +291,7 @@ void Environment::start(int& argc, char**& argv) {
       applied_device() = d;
       initialize_kokkos_without_help(argc, argv, d.device);
     } catch (...) {
-      if (owns_mpi_) MPI_Finalize();
+      if (owns_mpi_) finalize_mpi();
       throw;
     }
     owns_kokkos_ = true;
@@ -282,11 +303,7 @@ Environment::~Environment() {
     if (owns_kokkos_ && Kokkos::is_initialized()) Kokkos::finalize();
   } catch (...) {  // destructors never throw; nothing useful to do at exit
   }
-  if (owns_mpi_) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
-  }
+  if (owns_mpi_) finalize_mpi();
 }
 
 }  // namespace hpctrain

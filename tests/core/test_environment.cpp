@@ -3,11 +3,14 @@
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
+#ifdef HPCTRAIN_HAVE_MPI
 #include <mpi.h>
+#endif
 
 #include <cstdlib>
 #include <string>
 
+#ifdef HPCTRAIN_HAVE_MPI
 TEST(Environment, InitialisesAndFinalisesMpiAndKokkos) {
   int mpi_up = 0, mpi_down = 0;
   {
@@ -31,6 +34,27 @@ TEST(Environment, InitialisesAndFinalisesMpiAndKokkos) {
   MPI_Finalized(&mpi_down);
   EXPECT_EQ(mpi_down, 1);
 }
+#else
+// Without MPI (HPCTRAIN_ENABLE_MPI=OFF) the Environment is Kokkos alone, one process of one.
+TEST(Environment, InitialisesAndFinalisesKokkosWithoutMpi) {
+  {
+    hpctrain::Environment env;
+    EXPECT_TRUE(Kokkos::is_initialized());
+    EXPECT_FALSE(env.owns_mpi());
+    EXPECT_TRUE(env.owns_kokkos());
+    EXPECT_EQ(env.mpi_thread_level(), 0);
+    EXPECT_EQ(hpctrain::compute_threads().ranks_on_node, 1);
+    {
+      hpctrain::Environment nested;  // finds Kokkos up: finalises nothing
+      EXPECT_FALSE(nested.owns_kokkos());
+    }
+    EXPECT_TRUE(Kokkos::is_initialized());
+    Kokkos::View<float*> v("v", 4);
+    EXPECT_EQ(v.extent(0), 4u);
+  }
+  EXPECT_FALSE(Kokkos::is_initialized());
+}
+#endif
 
 namespace {
 

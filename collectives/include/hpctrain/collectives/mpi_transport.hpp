@@ -2,6 +2,9 @@
 /// @file
 /// The MPI point-to-point transport (MPI_Isend/MPI_Irecv on a duplicated communicator).
 
+#ifndef HPCTRAIN_HAVE_MPI
+#error "hpctrain/collectives/mpi_transport.hpp needs MPI: this hpctrain was configured with HPCTRAIN_ENABLE_MPI=OFF"
+#endif
 #include <mpi.h>
 
 #include <memory>

@@ -10,7 +10,9 @@
 /// Settings: UCX's own environment (UCX_TLS, UCX_NET_DEVICES, ...) as read by ucp_config_read,
 /// and the HPCTRAIN_UCX_* knobs of tuning.hpp. See docs/ucx.md.
 
+#ifdef HPCTRAIN_HAVE_MPI  // UCX needs MPI (the worker addresses' exchange)
 #include <mpi.h>
+#endif
 
 #include <memory>
 

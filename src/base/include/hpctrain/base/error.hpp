@@ -52,7 +52,8 @@ class PeerReportedError : public Error {
   using Error::Error;
 };
 
-/// The world rank of this process (MPI_COMM_WORLD), or -1 when MPI is not initialised.
+/// The world rank of this process (MPI_COMM_WORLD), or -1 when MPI is not initialised (always
+/// in a build without MPI, HPCTRAIN_ENABLE_MPI=OFF: errors then name no rank).
 int world_rank() noexcept;
 
 /// True while this thread unwinds from an exception. Destructors of handles whose release waits
@@ -61,7 +62,8 @@ int world_rank() noexcept;
 bool unwinding_from_error() noexcept;
 
 /// The library boundary for programs: prints `hpctrain: error: <what>` on stderr once and ends
-/// the whole job (MPI_Abort on MPI_COMM_WORLD when MPI is up, so no rank hangs; exit otherwise).
+/// the whole job (MPI_Abort on MPI_COMM_WORLD when MPI is up, so no rank hangs; std::exit with
+/// `exit_code` otherwise, and always in a build without MPI).
 ///
 /// So that a failure seen by every rank is printed once: rank 0 prints at once; any other rank
 /// waits `kPeerReportGraceS` first (rank 0's abort, when it fails too, ends it in that time);

@@ -2,6 +2,9 @@
 /// @file
 /// MPI calls checked into hpctrain::Error, and whether MPI is usable right now.
 
+#ifndef HPCTRAIN_HAVE_MPI
+#error "hpctrain/base/mpi_error.hpp needs MPI: this hpctrain was configured with HPCTRAIN_ENABLE_MPI=OFF"
+#endif
 #include <mpi.h>
 
 #include <string>

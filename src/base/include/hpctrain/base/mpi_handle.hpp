@@ -2,6 +2,9 @@
 /// @file
 /// RAII MPI handles (UniqueHandle): freed only while MPI is up.
 
+#ifndef HPCTRAIN_HAVE_MPI
+#error "hpctrain/base/mpi_handle.hpp needs MPI: this hpctrain was configured with HPCTRAIN_ENABLE_MPI=OFF"
+#endif
 #include <mpi.h>
 
 #include "hpctrain/base/mpi_error.hpp"

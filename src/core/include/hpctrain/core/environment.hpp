@@ -13,7 +13,9 @@ namespace hpctrain {
 /// is already up. The destructor finalises only what this object initialised, Kokkos first,
 /// and never throws. Create exactly one, in `main`, before any View exists; destroy it after
 /// every View is gone. After MPI is up it sets each rank's compute thread count
-/// (choose_compute_threads) before Kokkos starts.
+/// (choose_compute_threads) before Kokkos starts. In a build without MPI (HPCTRAIN_ENABLE_MPI=OFF)
+/// there is no MPI to start: the process is rank 0 of 1 and local rank 0 of 1 on its node
+/// (one GPU, chosen by choose_device), mpi_thread_level() is 0 and owns_mpi() false.
 /// OpenBLAS picks its kernels when it loads, from the CPU model; a CPU newer than the OpenBLAS
 /// build (Debian 12's 0.3.21 on Sapphire/Emerald Rapids, say) gets the generic "Prescott"
 /// kernels, several times slower. Call first thing in main: when OpenBLAS chose such generic
