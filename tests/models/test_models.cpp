@@ -86,9 +86,18 @@ TEST(Sequential, BeginGradientsGivesWhatZeroingAndAddingGive) {
     pass();
     const std::vector<float> twice = core::to_host(model->gradient_buffer());
     const std::vector<float> mask = core::to_host(model->trainable_mask());
+    // The second backward's gemms add into C (beta = 1) blockwise over the reduction, so an
+    // element whose terms cancel carries the rounding of the larger partial sums: the bound is
+    // relative to the buffer's largest gradient as well as to the element.
+    float largest = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) largest = std::max(largest, mask[i] != 0.0f ? std::fabs(added[i]) : 0.0f);
     differ = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      differ += mask[i] != 0.0f && !(std::fabs(twice[i] - 2.0f * added[i]) <= 1e-5f * std::fabs(added[i]) + 1e-30f);
+      const bool close = std::fabs(twice[i] - 2.0f * added[i]) <= 1e-5f * std::fabs(added[i]) + 1e-6f * largest;
+      differ += mask[i] != 0.0f && !close;
+      if (mask[i] != 0.0f && !close && differ <= 3) {
+        ADD_FAILURE() << name << " [" << i << "]: twice " << twice[i] << ", added " << added[i] << ", largest " << largest;
+      }
     }
     EXPECT_EQ(differ, 0u) << name << ": the write did not end with its backward";
     // Redirected: the gradients land in `other`, the model's own buffer is left alone.
