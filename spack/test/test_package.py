@@ -118,7 +118,15 @@ class FakeSpec:
 
 
 def make_pkg(
-    cls, tmp, cuda=False, ucx=True, benchmarks=True, run_tests=False, mpi="openmpi", onednn=True
+    cls,
+    tmp,
+    cuda=False,
+    ucx=True,
+    benchmarks=True,
+    run_tests=False,
+    mpi="openmpi",
+    onednn=True,
+    with_mpi=True,
 ):
     mpi_prefix = os.path.join(tmp, mpi)
     os.makedirs(os.path.join(mpi_prefix, "bin"), exist_ok=True)
@@ -137,6 +145,7 @@ def make_pkg(
         "onednn": onednn,
         "benchmarks": benchmarks,
         "openmp": False,
+        "mpi": with_mpi,
     }
     kokkos = FakeDep("kokkos", kokkos_cxx="/opt/kokkos-nvcc-wrapper/bin/nvcc_wrapper")
     return cls(FakeSpec(variants, deps), run_tests, {"kokkos": kokkos}, build_directory=tmp)
@@ -207,6 +216,15 @@ class RecipeTest(unittest.TestCase):
             self.assertIn(f"-DHPCTRAIN_ENABLE_{name}:BOOL=OFF", off)
         self.assertIn("-DHPCTRAIN_WARNINGS_AS_ERRORS:BOOL=OFF", off)
         self.assertIn("-DMPI_CXX_COMPILER:STRING=/w/mpicxx", off)
+        self.assertIn("-DHPCTRAIN_ENABLE_MPI:BOOL=ON", on)
+
+    def test_without_mpi(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            args = make_pkg(
+                self.Hpctrain, tmp, with_mpi=False, ucx=False, benchmarks=False, run_tests=True
+            ).cmake_args()
+        self.assertIn("-DHPCTRAIN_ENABLE_MPI:BOOL=OFF", args)
+        self.assertFalse(any("MPI_C" in a or "MPIEXEC" in a for a in args), args)
 
     def test_cuda_uses_kokkos_compiler(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -54,7 +54,18 @@ class Hpctrain(CMakePackage, CudaPackage):
     # ---- variants: one per HPCTRAIN_ENABLE_<X> option of CMakeLists.txt ----------------------
     # HPCTRAIN_ENABLE_TESTS is not a variant: it follows `spack install --test=root|all`.
     # HPCTRAIN_ENABLE_CUDA follows the `cuda` variant that CudaPackage declares.
+    variant(
+        "mpi",
+        default=True,
+        description="MPI and everything built on it (io, trainer, CLI, serving, sweeps); "
+        "~mpi builds only base, the loopback collectives, the compute core and the models "
+        "(a GPU node's check, docs/gpu.md)",
+    )
     variant("ucx", default=True, description="Build the UCX transport (UCX >= 1.12)")
+    conflicts("+ucx", when="~mpi", msg="the UCX transport is set up over MPI: ~mpi needs ~ucx")
+    conflicts(
+        "+benchmarks", when="~mpi", msg="the benchmarks run under MPI: ~mpi needs ~benchmarks"
+    )
     variant(
         "onednn", default=True, description="Convolutions through oneDNN on CPU (oneDNN >= 2.6)"
     )
@@ -90,19 +101,21 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("pkgconfig", type="build")  # pkg_check_modules(libxxhash)
 
     # ---- libraries ----------------------------------------------------------------------------
-    depends_on("mpi@3:")
-    depends_on("hdf5@1.10:+mpi")
+    # The parts built on MPI (io, ml, train, serve, sweep, cli) and what they alone use.
+    with when("+mpi"):
+        depends_on("mpi@3:")
+        depends_on("hdf5@1.10:+mpi")
+        depends_on("lapack")  # hpctrain::ml: dpotrf/dpotrs (OpenBLAS provides both)
+        depends_on("liblbfgs")  # hpctrain::ml logreg: L-BFGS
+        depends_on("cli11")
+        depends_on("fmt")
+        depends_on("xxhash@0.8:")  # XXH3_64bits
+        depends_on("cpp-httplib@0.11:")  # hpctrain::serve: `hpctrain serve`'s HTTP server
+        depends_on("zlib-api")  # io: gzip-compressed IDX import
+        depends_on("protobuf@3.12:")  # io: TensorBoard event files (libprotobuf-lite + protoc)
+        depends_on("boost@1.66:")  # io: Boost.CRC (CRC-32C of the event records), header only
     depends_on("blas")
-    depends_on("lapack")  # hpctrain::ml: dpotrf/dpotrs (OpenBLAS provides both)
-    depends_on("liblbfgs")  # hpctrain::ml logreg: L-BFGS
-    depends_on("cli11")
     depends_on("nlohmann-json@3.9:")
-    depends_on("fmt")
-    depends_on("xxhash@0.8:")  # XXH3_64bits
-    depends_on("cpp-httplib@0.11:")  # hpctrain::serve: `hpctrain serve`'s HTTP server
-    depends_on("zlib-api")  # io: gzip-compressed IDX import
-    depends_on("protobuf@3.12:")  # io: TensorBoard event files (libprotobuf-lite + protoc)
-    depends_on("boost@1.66:")  # io: Boost.CRC (CRC-32C of the event records), header only
     depends_on("ucx@1.12:", when="+ucx")
     depends_on("nccl@2.10:", when="+nccl")  # found by its path (NCCL_ROOT), not find_package
     depends_on("onednn@2.6:", when="+onednn")
@@ -164,6 +177,7 @@ class Hpctrain(CMakePackage, CudaPackage):
         spec = self.spec
         args = [
             self.define("HPCTRAIN_ENABLE_TESTS", self.run_tests),
+            self.define_from_variant("HPCTRAIN_ENABLE_MPI", "mpi"),
             self.define_from_variant("HPCTRAIN_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("HPCTRAIN_ENABLE_UCX", "ucx"),
             self.define_from_variant("HPCTRAIN_ENABLE_ONEDNN", "onednn"),
@@ -172,10 +186,11 @@ class Hpctrain(CMakePackage, CudaPackage):
             self.define_from_variant("HPCTRAIN_ENABLE_NCCL", "nccl"),
             # Warnings differ between compilers; a user install must not fail on them.
             self.define("HPCTRAIN_WARNINGS_AS_ERRORS", False),
-            # Find the MPI of the spec, not whatever mpicc comes first on PATH.
-            self.define("MPI_C_COMPILER", spec["mpi"].mpicc),
-            self.define("MPI_CXX_COMPILER", spec["mpi"].mpicxx),
         ]
+        if spec.satisfies("+mpi"):
+            # Find the MPI of the spec, not whatever mpicc comes first on PATH.
+            args.append(self.define("MPI_C_COMPILER", spec["mpi"].mpicc))
+            args.append(self.define("MPI_CXX_COMPILER", spec["mpi"].mpicxx))
 
         if spec.satisfies("+nccl"):
             args.append(self.define("NCCL_ROOT", spec["nccl"].prefix))
@@ -184,7 +199,7 @@ class Hpctrain(CMakePackage, CudaPackage):
             # Kokkos' compiler: nvcc_wrapper for kokkos+wrapper, else Spack's C++ compiler.
             args.append(self.define("CMAKE_CXX_COMPILER", self["kokkos"].kokkos_cxx))
 
-        if self.run_tests:
+        if self.run_tests and spec.satisfies("+mpi"):
             launcher = self._mpi_launcher()
             if launcher:
                 args.append(self.define("MPIEXEC_EXECUTABLE", launcher))
