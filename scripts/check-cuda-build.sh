@@ -13,14 +13,18 @@
 #   * Kokkos_Cuda_Half.hpp: half_t -> __half explicitly (CUDA 13 has no implicit conversion)
 #     and no __half2double;
 #   * Kokkos_CudaSpace.cpp: cudaMemPrefetchAsync takes a cudaMemLocation and flags in CUDA 13.
-# Then: Kokkos (CUDA + Serial, sm_80, lambdas) -> BUILD_ROOT/kokkos-cuda-install, Kokkos
-# Kernels minimal (BLAS component, no ETI, OpenBLAS + cuBLAS) -> kokkos-kernels-cuda-install,
-# and hpctrain with HPCTRAIN_ENABLE_CUDA=ON and nvcc_wrapper as the C++ compiler in
-# BUILD_ROOT/hpctrain-cuda, building hpctrain_core, hpctrain_models and the test executables
-# test_core, test_core_environment, test_models. Installs are cached like the OpenMP script's.
+# Then Kokkos (CUDA + Serial, sm_80, lambdas) -> BUILD_ROOT/kokkos-cuda-install (cached like the
+# OpenMP script's installs), and hpctrain with HPCTRAIN_ENABLE_CUDA=ON,
+# HPCTRAIN_GEMM_VENDOR=cublas (gemm calls cuBLAS directly: no Kokkos Kernels, no host BLAS) and
+# nvcc_wrapper as the C++ compiler in BUILD_ROOT/hpctrain-cuda, building hpctrain_core,
+# hpctrain_models and the test executables test_core, test_core_environment, test_models.
+# Finally nm and ldd check the link: test_core calls cublasSgemm/cublasDgemm from libcublas and
+# holds no KokkosBlas code.
 #
 # Environment: HPCTRAIN_JOBS (default 2), CUDA_ARCH_FLAG (default Kokkos_ARCH_AMPERE80; 3.4
-# has no Hopper flag, sm_80 code runs on Hopper through PTX JIT).
+# has no Hopper flag, sm_80 code runs on Hopper through PTX JIT), HPCTRAIN_GEMM_VENDOR
+# (default cublas; kokkos-kernels builds the previous way: a minimal Kokkos Kernels with OpenBLAS
+# and cuBLAS -> BUILD_ROOT/kokkos-kernels-cuda-install, gemm through KokkosBlas).
 set -euo pipefail
 
 [[ $# -eq 1 ]] || { echo "usage: $0 BUILD_ROOT" >&2; exit 2; }
@@ -65,18 +69,27 @@ kokkos_cmake_install kokkos-cuda "$patched" "$kokkos_prefix" \
   -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF
 nvcc_wrapper=$kokkos_prefix/bin/nvcc_wrapper
 
-# ---- 3. Kokkos Kernels: minimal, OpenBLAS on the host, cuBLAS on the device ------------------
-kk_prefix=$root/kokkos-kernels-cuda-install
-blas_dir=$(kokkos_openblas_dir)
-mapfile -t kk_args < <(kokkos_kernels_minimal_args "$blas_dir")
-kokkos_cmake_install kokkos-kernels-cuda "$cache/src/kokkos-kernels" "$kk_prefix" \
-  -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_COMPILER="$nvcc_wrapper" \
-  -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF -DBUILD_SHARED_LIBS=OFF \
-  -DKokkos_ROOT="$kokkos_prefix" "${kk_args[@]}" \
-  -DKokkosKernels_INST_EXECSPACE_CUDA=OFF -DKokkosKernels_INST_MEMSPACE_CUDASPACE=OFF \
-  -DKokkosKernels_INST_MEMSPACE_CUDAUVMSPACE=OFF \
-  -DKokkosKernels_ENABLE_TPL_CUBLAS=ON -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF
+# ---- 3. Kokkos Kernels (only for HPCTRAIN_GEMM_VENDOR=kokkos-kernels) ---------------------
+vendor=${HPCTRAIN_GEMM_VENDOR:-cublas}
+kk_args=()
+case $vendor in
+  cublas) ;;
+  kokkos-kernels)
+    kk_prefix=$root/kokkos-kernels-cuda-install
+    blas_dir=$(kokkos_openblas_dir)
+    mapfile -t kk_minimal < <(kokkos_kernels_minimal_args "$blas_dir")
+    kokkos_cmake_install kokkos-kernels-cuda "$cache/src/kokkos-kernels" "$kk_prefix" \
+      -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CXX_COMPILER="$nvcc_wrapper" \
+      -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF -DBUILD_SHARED_LIBS=OFF \
+      -DKokkos_ROOT="$kokkos_prefix" "${kk_minimal[@]}" \
+      -DKokkosKernels_INST_EXECSPACE_CUDA=OFF -DKokkosKernels_INST_MEMSPACE_CUDASPACE=OFF \
+      -DKokkosKernels_INST_MEMSPACE_CUDAUVMSPACE=OFF \
+      -DKokkosKernels_ENABLE_TPL_CUBLAS=ON -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF
+    kk_args=(-DKokkosKernels_ROOT="$kk_prefix")
+    ;;
+  *) echo "check-cuda-build: HPCTRAIN_GEMM_VENDOR='$vendor': expected cublas or kokkos-kernels" >&2; exit 2 ;;
+esac
 
 # ---- 4. hpctrain: compute core, models and their tests, compile + link only ------------------
 hp=$root/hpctrain-cuda
@@ -84,7 +97,7 @@ log "hpctrain: configuring $hp (CXX = $nvcc_wrapper)"
 kokkos_run_logged "$root/hpctrain-configure.log" cmake -S "$source_dir" -B "$hp" \
   -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$nvcc_wrapper" \
-  -DKokkos_ROOT="$kokkos_prefix" -DKokkosKernels_ROOT="$kk_prefix" \
+  -DKokkos_ROOT="$kokkos_prefix" "${kk_args[@]}" -DHPCTRAIN_GEMM_VENDOR="$vendor" \
   -DHPCTRAIN_ENABLE_CUDA=ON -DHPCTRAIN_ENABLE_TESTS=ON -DHPCTRAIN_ENABLE_BENCHMARKS=OFF \
   -DHPCTRAIN_ENABLE_UCX=OFF -DHPCTRAIN_KOKKOS_OPENMP_CHILD=ON \
   -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST || exit 1
@@ -94,5 +107,22 @@ targets=(hpctrain_core hpctrain_models test_core test_core_environment test_mode
 log "hpctrain: building ${targets[*]}"
 kokkos_run_logged "$root/hpctrain-build.log" \
   cmake --build "$hp" -j "$KOKKOS_JOBS" --target "${targets[@]}" || exit 1
-log "OK: ${targets[*]} compile and link with nvcc ($(basename "$nvcc_wrapper"), $arch_flag)"
+
+# ---- 5. what gemm links to ---------------------------------------------------------------------
+test_core=$hp/bin/test_core
+if [[ $vendor == cublas ]]; then
+  # Captured first: with pipefail, `nm | grep -q` fails when grep stops reading early.
+  symbols=$(nm -C "$test_core")
+  libraries=$(ldd "$test_core")
+  grep -q ' U cublasSgemm' <<<"$symbols" ||
+    { echo "check-cuda-build: $test_core does not call cublasSgemm" >&2; exit 1; }
+  grep -q 'libcublas\.so' <<<"$libraries" ||
+    { echo "check-cuda-build: $test_core is not linked to libcublas" >&2; exit 1; }
+  if grep -q 'KokkosBlas::' <<<"$symbols" || grep -q kokkoskernels <<<"$libraries"; then
+    echo "check-cuda-build: $test_core holds Kokkos Kernels code in a cublas build" >&2; exit 1
+  fi
+  log "gemm: test_core calls $(grep -o 'cublas[SD]gemm[_a-z0-9]*' <<<"$symbols" | sort -u | tr '\n' ' ')from" \
+      "$(grep -o 'libcublas\.so[.0-9]*' <<<"$libraries" | head -n 1); no KokkosBlas code, no libkokkoskernels"
+fi
+log "OK: ${targets[*]} compile and link with nvcc ($(basename "$nvcc_wrapper"), $arch_flag, gemm: $vendor)"
 log "executables in $hp/bin (run them on a GPU machine; nothing was run here)"

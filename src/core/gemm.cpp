@@ -4,25 +4,46 @@
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/elementwise.hpp"
 
-#include <KokkosBlas3_gemm.hpp>
-
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 
+// The vendor BLAS behind the blas backend, chosen at configure time (HPCTRAIN_GEMM_VENDOR):
+// cuBLAS called directly, or KokkosBlas (Kokkos Kernels -> OpenBLAS, or its cuBLAS TPL).
+#ifdef HPCTRAIN_GEMM_CUBLAS
+#include "gemm_cublas.hpp"
+#else
+#include <KokkosBlas3_gemm.hpp>
+#endif
+
 #ifdef HPCTRAIN_HAVE_ONEDNN
+#ifdef HPCTRAIN_ENABLE_CUDA
+#error "oneDNN reads host memory; CMake turns HPCTRAIN_ENABLE_ONEDNN off in CUDA builds"
+#endif
 #include "gemm_onednn.hpp"
 #endif
 
 namespace hpctrain::core {
 
 const char* gemm_backend_name(GemmBackend backend) {
-  return backend == GemmBackend::onednn ? "onednn" : "blas";
+  if (backend == GemmBackend::onednn) return "onednn";
+#ifdef HPCTRAIN_GEMM_CUBLAS
+  return "cublas";
+#else
+  return "blas";
+#endif
 }
 
 namespace {
 
 GemmBackend gemm_backend_from_environment() {
+#ifdef HPCTRAIN_GEMM_CUBLAS
+  // The name this build prints for its blas backend is accepted as well as "blas".
+  if (const char* env = std::getenv("HPCTRAIN_GEMM_BACKEND"); env != nullptr && std::string(env) == "cublas") {
+    return GemmBackend::blas;
+  }
+#endif
   return onednn_from_environment("HPCTRAIN_GEMM_BACKEND", "blas", "gemm") ? GemmBackend::onednn : GemmBackend::blas;
 }
 
@@ -44,16 +65,34 @@ bool use_onednn(T alpha) {
   }
 }
 
-#ifdef HPCTRAIN_HAVE_ONEDNN
-onednn::MatrixOperand operand(const Matrix<float>& x, bool trans) {
+template <class T>
+std::int64_t leading_dimension(const Matrix<T>& x) {
   // LayoutRight: stride(0) is the leading dimension; a 1-column matrix may report stride 1.
   const auto ld = std::max<std::int64_t>(static_cast<std::int64_t>(x.stride(0)),
                                          static_cast<std::int64_t>(x.extent(1)));
-  return {x.data(), std::max<std::int64_t>(ld, 1), trans};
+  return std::max<std::int64_t>(ld, 1);
 }
 
-std::int64_t leading_dimension(const Matrix<float>& x) { return operand(x, false).ld; }
+#ifdef HPCTRAIN_HAVE_ONEDNN
+onednn::MatrixOperand operand(const Matrix<float>& x, bool trans) {
+  return {x.data(), leading_dimension(x), trans};
+}
 #endif
+
+/// C = alpha op(A) op(B) + beta C through the build's vendor BLAS; shapes checked, k > 0.
+template <class T>
+void vendor_gemm(bool ta, bool tb, [[maybe_unused]] std::int64_t m, [[maybe_unused]] std::int64_t n,
+                 [[maybe_unused]] std::int64_t k, T alpha, const Matrix<T>& a, const Matrix<T>& b, T beta,
+                 const Matrix<T>& c) {
+#ifdef HPCTRAIN_GEMM_CUBLAS
+  static_assert(Kokkos::SpaceAccessibility<Kokkos::Cuda, MemSpace>::accessible,
+                "HPCTRAIN_GEMM_CUBLAS: core's matrices must be CUDA device memory");
+  cublas::gemm(m, n, k, alpha, {a.data(), leading_dimension(a), ta}, {b.data(), leading_dimension(b), tb}, beta,
+               c.data(), leading_dimension(c));
+#else
+  KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", alpha, a, b, beta, c);
+#endif
+}
 
 }  // namespace
 
@@ -104,7 +143,7 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, const Matrix<T>& a, const Matri
     }
   }
 #endif
-  KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", alpha, a, b, beta, c);
+  vendor_gemm(ta, tb, a_rows, b_cols, a_cols, alpha, a, b, beta, c);
 }
 
 template <class T>

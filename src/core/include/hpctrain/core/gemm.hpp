@@ -5,9 +5,13 @@
 /// - **onednn** (float, host memory, when built with HPCTRAIN_ENABLE_ONEDNN): oneDNN's matmul
 ///   primitive (brgemm kernels), created once per shape and cached; fastest at the small and
 ///   thin shapes of dense layers at training batch sizes.
-/// - **blas**: KokkosBlas::gemm (OpenBLAS on the host, cuBLAS on a CUDA build); every type and
-///   memory space.
-/// gemm_backend() picks (HPCTRAIN_GEMM_BACKEND=onednn|blas; default: onednn when built). Both are
+/// - **blas**: the vendor BLAS chosen at configure time (HPCTRAIN_GEMM_VENDOR):
+///   `kokkos-kernels` (host builds' default): KokkosBlas::gemm, OpenBLAS on the host (or Kokkos
+///   Kernels' cuBLAS TPL in a CUDA build that asks for it); `cublas` (CUDA builds' default):
+///   cublasSgemm/cublasDgemm called directly on the Kokkos CUDA stream, no Kokkos Kernels or host
+///   BLAS needed. Every type; gemm_backend_name() calls it "cublas" in the latter builds.
+/// gemm_backend() picks (HPCTRAIN_GEMM_BACKEND=onednn|blas, also cublas in a cublas build;
+/// default: onednn when built). oneDNN is host-only: CUDA builds never have it. The backends are
 /// deterministic for a fixed shape and thread count; they differ from each other in the last
 /// bits. double always takes the blas path.
 
@@ -80,7 +84,8 @@ GemmBackend gemm_backend();
 /// Overrides gemm_backend() for the rest of the process (tests run both paths). Throws when
 /// asked for onednn in a build without it.
 void set_gemm_backend(GemmBackend backend);
-/// "blas" or "onednn".
+/// "onednn", or for GemmBackend::blas what runs: "cublas" in HPCTRAIN_GEMM_VENDOR=cublas
+/// builds, else "blas".
 const char* gemm_backend_name(GemmBackend backend);
 
 }  // namespace hpctrain::core
