@@ -4,7 +4,7 @@
 #
 #   scripts/gpu-pack.sh [CARRY_DIR]        (default: build/gpu-carry, an ignored path)
 #
-# CARRY_DIR then holds, about 4 MB in all (the device tool carries at most 64 MiB):
+# CARRY_DIR then holds, about 3 MB in all (the device tool carries at most 64 MiB):
 #   kokkos-3.4.01-cuda13.tar.gz   Kokkos 3.4.01 from Debian's trilinos source package, patched for
 #                                 CUDA 13 with scripts/kokkos-openmp/kokkos-3.4.01-cuda13.patch
 #                                 (the source scripts/check-cuda-build.sh compiles); built there
@@ -37,10 +37,6 @@ trap 'rm -rf "$stage"' EXIT
 cp -r "$cache/src/kokkos" "$stage/kokkos"
 patch -d "$stage/kokkos" -p1 --quiet <"$patch_file"
 rm -rf "$stage/kokkos/.git"
-# Tests, examples and benchmarks are not built there; leaving them out halves the archive.
-rm -rf "$stage/kokkos/core/unit_test" "$stage/kokkos/containers/unit_tests" \
-       "$stage/kokkos/algorithms/unit_tests" "$stage/kokkos/example" "$stage/kokkos/benchmarks" \
-       "$stage/kokkos/core/perf_test" "$stage/kokkos/containers/performance_tests"
 # Fixed member order, owner and times: the same inputs give the same archive bytes.
 pack() {  # pack ARCHIVE DIR NAME
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2021-01-01 00:00Z' \
