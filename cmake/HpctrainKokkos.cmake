@@ -99,3 +99,13 @@ if(HPCTRAIN_ENABLE_CUDA)
     set(HPCTRAIN_ENABLE_ONEDNN OFF)
   endif()
 endif()
+
+# hpctrain_host_only_sources(<file>...): with Kokkos's nvcc_wrapper as the C++ compiler (CUDA
+# builds), these files skip nvcc's CUDA front end and go straight to the host compiler. For host
+# code that front end cannot parse (generated protobuf code, GCC vector builtins); no effect in
+# other builds, so their bits stay those of the host compiler everywhere.
+function(hpctrain_host_only_sources)
+  if(CMAKE_CXX_COMPILER MATCHES "nvcc_wrapper$")
+    set_property(SOURCE ${ARGN} APPEND PROPERTY COMPILE_OPTIONS --host-only)
+  endif()
+endfunction()

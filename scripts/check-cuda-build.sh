@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Manual check that the compute core and the models compile and link with nvcc against a
+# Manual check that everything hpctrain builds with CUDA compiles and links with nvcc against a
 # CUDA-enabled Kokkos (no GPU needed; nothing is run).
 #
 #   scripts/check-cuda-build.sh BUILD_ROOT
@@ -15,11 +15,14 @@
 #   * Kokkos_CudaSpace.cpp: cudaMemPrefetchAsync takes a cudaMemLocation and flags in CUDA 13.
 # Then Kokkos (CUDA + Serial, sm_80, lambdas) -> BUILD_ROOT/kokkos-cuda-install (cached like the
 # OpenMP script's installs), and hpctrain with HPCTRAIN_ENABLE_CUDA=ON,
+# HPCTRAIN_ENABLE_CUDA_COLLECTIVES=ON (the collectives' CUDA device memory, NCCL when found),
 # HPCTRAIN_GEMM_VENDOR=cublas (gemm calls cuBLAS directly: no Kokkos Kernels, no host BLAS) and
-# nvcc_wrapper as the C++ compiler in BUILD_ROOT/hpctrain-cuda, building hpctrain_core,
-# hpctrain_models and the test executables test_core, test_core_environment, test_models.
+# nvcc_wrapper as the C++ compiler in BUILD_ROOT/hpctrain-cuda, building every library
+# (hpctrain_core, hpctrain_models, hpctrain_collectives, hpctrain_io, hpctrain_ml,
+# hpctrain_train, hpctrain_serve, hpctrain_sweep), the `hpctrain` executable and the test
+# executables test_core, test_core_environment, test_models.
 # Finally nm and ldd check the link: test_core calls cublasSgemm/cublasDgemm from libcublas and
-# holds no KokkosBlas code.
+# holds no KokkosBlas code; bin/hpctrain is linked to libcublas and libcudart.
 #
 # Environment: HPCTRAIN_JOBS (default 2), CUDA_ARCH_FLAG (default Kokkos_ARCH_AMPERE80; 3.4
 # has no Hopper flag, sm_80 code runs on Hopper through PTX JIT), HPCTRAIN_GEMM_VENDOR
@@ -91,19 +94,20 @@ case $vendor in
   *) echo "check-cuda-build: HPCTRAIN_GEMM_VENDOR='$vendor': expected cublas or kokkos-kernels" >&2; exit 2 ;;
 esac
 
-# ---- 4. hpctrain: compute core, models and their tests, compile + link only ------------------
+# ---- 4. hpctrain: every library, the hpctrain executable and the core's tests, compile + link only
 hp=$root/hpctrain-cuda
 log "hpctrain: configuring $hp (CXX = $nvcc_wrapper)"
 kokkos_run_logged "$root/hpctrain-configure.log" cmake -S "$source_dir" -B "$hp" \
   -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$nvcc_wrapper" \
   -DKokkos_ROOT="$kokkos_prefix" "${kk_args[@]}" -DHPCTRAIN_GEMM_VENDOR="$vendor" \
-  -DHPCTRAIN_ENABLE_CUDA=ON -DHPCTRAIN_ENABLE_TESTS=ON -DHPCTRAIN_ENABLE_BENCHMARKS=OFF \
+  -DHPCTRAIN_ENABLE_CUDA=ON -DHPCTRAIN_ENABLE_CUDA_COLLECTIVES=ON -DHPCTRAIN_ENABLE_TESTS=ON -DHPCTRAIN_ENABLE_BENCHMARKS=OFF \
   -DHPCTRAIN_ENABLE_UCX=OFF -DHPCTRAIN_KOKKOS_OPENMP_CHILD=ON \
   -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST || exit 1
 # PRE_TEST: gtest_discover_tests would otherwise run each test binary after linking to list its
 # tests, and Kokkos::initialize fails without a GPU driver (cudaErrorInsufficientDriver).
-targets=(hpctrain_core hpctrain_models test_core test_core_environment test_models)
+targets=(hpctrain_core hpctrain_models hpctrain_collectives hpctrain_io hpctrain_ml hpctrain_train hpctrain_serve
+         hpctrain_sweep hpctrain test_core test_core_environment test_models)
 log "hpctrain: building ${targets[*]}"
 kokkos_run_logged "$root/hpctrain-build.log" \
   cmake --build "$hp" -j "$KOKKOS_JOBS" --target "${targets[@]}" || exit 1
@@ -124,5 +128,12 @@ if [[ $vendor == cublas ]]; then
   log "gemm: test_core calls $(grep -o 'cublas[SD]gemm[_a-z0-9]*' <<<"$symbols" | sort -u | tr '\n' ' ')from" \
       "$(grep -o 'libcublas\.so[.0-9]*' <<<"$libraries" | head -n 1); no KokkosBlas code, no libkokkoskernels"
 fi
+# The binary: cuBLAS (gemm) and the CUDA runtime (the collectives' device memory) linked.
+libraries=$(ldd "$hp/bin/hpctrain")
+for lib in libcublas libcudart; do
+  grep -q "$lib\.so" <<<"$libraries" ||
+    { echo "check-cuda-build: $hp/bin/hpctrain is not linked to $lib" >&2; exit 1; }
+done
+log "hpctrain: linked to $(grep -o 'lib\(cublas\|cudart\|nccl\)\.so[.0-9]*' <<<"$libraries" | sort -u | tr '\n' ' ')"
 log "OK: ${targets[*]} compile and link with nvcc ($(basename "$nvcc_wrapper"), $arch_flag, gemm: $vendor)"
 log "executables in $hp/bin (run them on a GPU machine; nothing was run here)"

@@ -12,6 +12,10 @@ namespace hpctrain::train {
 
 namespace {
 
+/// False in a build whose Kokkos keeps tensors in GPU memory (CUDA): the buffers must not be
+/// dereferenced on the host nor handed to the collectives' host overloads.
+constexpr bool kHostBuffers = Kokkos::SpaceAccessibility<Kokkos::HostSpace, core::MemSpace>::accessible;
+
 std::uint64_t tensor_fingerprint(const std::vector<models::ParameterInfo>& tensors) {
   std::string description;
   for (const auto& p : tensors) {
@@ -36,7 +40,13 @@ void broadcast_parameters(coll::Communicator& comm, const ParameterBuffers& buff
                        " parameters; counts across ranks range " + std::to_string(lo[0]) + ".." +
                        std::to_string(hi[0]) + "): every rank must get the same --model and options");
   Kokkos::fence();
-  comm.broadcast(buffers.parameters.data(), buffers.parameters.extent(0), coll::DataType::f32, 0);
+  if constexpr (kHostBuffers) {
+    comm.broadcast(buffers.parameters.data(), buffers.parameters.extent(0), coll::DataType::f32, 0);
+  } else {  // device parameters: through a host copy (the broadcast is host memory only)
+    std::vector<float> host = core::to_host(buffers.parameters);
+    comm.broadcast(host.data(), host.size(), coll::DataType::f32, 0);
+    core::from_host(buffers.parameters, host);
+  }
 }
 
 std::vector<GradientBucket> plan_gradient_buckets(const std::vector<models::ParameterInfo>& tensors,
@@ -112,6 +122,16 @@ void DataParallel::launch(std::size_t bucket) {
   const auto n = static_cast<std::size_t>(b.count);
   void* data = buffers_.gradients.data() + b.offset;
   const coll::DataType type = options_.wire_type;
+  if constexpr (!kHostBuffers) {
+    // Device gradients: the all-reduce's device overload (staged through a DeviceMemory, or
+    // NCCL); the wire casts and reduce-scatter read them on the host, so not yet on a device.
+    HPCTRAIN_REQUIRE(type == coll::DataType::f32 && options_.reduction == BucketReduction::allreduce,
+                     "gradients in GPU memory: only the f32 all-reduce of the buckets runs on device buffers "
+                     "(no --grad-dtype other than f32, not --strategy zero1/zero2 yet; docs/compute-core.md)");
+    work_.push_back(comm_.iallreduce(data, data, n, type, coll::ReduceOp::sum, coll::MemorySpace::device,
+                                     options_.algorithm));
+    return;
+  }
   if (type != coll::DataType::f32) {
     if (wire_.size() <= bucket) wire_.resize(buckets_.size());
     wire_[bucket].resize(n);

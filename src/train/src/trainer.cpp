@@ -13,6 +13,7 @@
 
 #include "checkpoint_policy.hpp"
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/collectives/device_memory.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/core/tensor.hpp"
@@ -128,6 +129,11 @@ std::unique_ptr<GradientSync> make_gradient_sync(const TrainOptions& o, coll::Co
   if (o.deterministic) {
     return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, &timeline);
   }
+#if defined(KOKKOS_ENABLE_CUDA) && defined(HPCTRAIN_HAVE_CUDA_COLLECTIVES)
+  // CUDA gradients: the buckets' device all-reduce stages through this rank's GPU (every
+  // algorithm but nccl, which needs no DeviceMemory).
+  comm.set_device_memory(coll::make_cuda_device_memory(Kokkos::Cuda().cuda_device(), coll::mpi_transport_cuda_aware()));
+#endif
   return std::make_unique<BucketedAllreduceSync>(comm, model, parallel, &timeline);
 }
 
