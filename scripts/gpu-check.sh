@@ -9,7 +9,8 @@
 #   4. those tests on the GPU (ctest);
 #   5. gpu_check: gemm against float64 and against cuBLAS called directly, MLP and CNN training
 #      steps (loss falls; samples/s), the device all-reduce through the staging pipeline on 2 and 4
-#      loopback ranks sharing the GPU, against a host reference and the pinned-copy bound;
+#      loopback ranks sharing the GPU, against a host reference and the pinned-copy bound; the
+#      `nccl` pass-through on one rank (NCCL from PyTorch's wheel or the toolkit);
 #   6. the same training steps in PyTorch on the same GPU (benchmarks/peers/torch_gpu_step.py),
 #      and hpctrain's samples/s over PyTorch's.
 #
@@ -179,9 +180,18 @@ if [[ $rehearsal -eq 0 ]]; then
     record build.kokkos false $((SECONDS - t0)) "Kokkos failed to build: see kokkos-*.log"
     finish 1
   fi
+  # NCCL: PyTorch's wheel (nvidia-nccl-cu13) holds nccl.h and libnccl.so.2; else whatever the CUDA
+  # toolkit has (CMake looks there itself; a warning and no `nccl` algorithm when absent).
+  nccl_args=()
+  nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+  nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* 2>/dev/null | head -n1)
+  if [[ -n $nccl_dir && -f $nccl_dir/include/nccl.h && -n $nccl_lib ]]; then
+    say "NCCL from PyTorch's wheel: $nccl_lib"
+    nccl_args=(-DHPCTRAIN_NCCL_INCLUDE_DIR="$nccl_dir/include" -DHPCTRAIN_NCCL_LIBRARY="$nccl_lib")
+  fi
   kokkos_args=(-DCMAKE_CXX_COMPILER="$work/kokkos/bin/nvcc_wrapper" -DKokkos_ROOT="$work/kokkos"
                -DHPCTRAIN_ENABLE_CUDA=ON -DHPCTRAIN_GEMM_VENDOR=cublas -DHPCTRAIN_ENABLE_CUDA_COLLECTIVES=ON
-               -DHPCTRAIN_ENABLE_NCCL=OFF -DHPCTRAIN_GTEST_SOURCE_DIR="$work/src/googletest"
+               "${nccl_args[@]}" -DHPCTRAIN_GTEST_SOURCE_DIR="$work/src/googletest"
                -DHPCTRAIN_NLOHMANN_JSON_INCLUDE_DIR="$work/json-include")
 else
   say "2/6 Kokkos: the system's (host rehearsal)"

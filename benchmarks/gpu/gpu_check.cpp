@@ -4,7 +4,8 @@
 // against cuBLAS called directly, MLP and CNN training steps on synthetic data (the loss must
 // fall; samples/s), and the collectives' device-buffer path (the staging pipeline through the
 // loopback transport, 2 and 4 ranks as threads sharing the GPU) against a host reference, with
-// its bandwidth against the pinned-memory copy bound. On a host build the same program runs the
+// its bandwidth against the pinned-memory copy bound, and the `nccl` pass-through on one rank when
+// built with NCCL. On a host build the same program runs the
 // same checks on the CPU, with the collectives' stand-in device space and OpenBLAS as the gemm
 // peer (the rehearsal the ordinary test suite runs, so the script's first GPU run finds a driver
 // that works). It needs neither MPI nor HDF5: it builds with HPCTRAIN_ENABLE_MPI=OFF.
@@ -237,15 +238,11 @@ void check_gemm_speed(Records& out, bool quick) {
     const char* name;
     std::int64_t m, k, n;
   };
-  std::vector<Shape> shapes;
-  if (quick) {
-    shapes = {{"square256", 256, 256, 256}, {"mlp_fc1_b128", 128, 784, 512}};
-  } else if (kOnDevice) {
-    shapes = {{"square4096", 4096, 4096, 4096}, {"square8192", 8192, 8192, 8192}, {"mlp_fc1_b128", 128, 784, 512},
-              {"cnn_fc_b128", 128, 3136, 256}};
-  } else {
-    shapes = {{"square1024", 1024, 1024, 1024}, {"mlp_fc1_b128", 128, 784, 512}};
-  }
+  const std::vector<Shape> shapes =
+      quick ? std::vector<Shape>{{"square256", 256, 256, 256}, {"mlp_fc1_b128", 128, 784, 512}}
+      : kOnDevice ? std::vector<Shape>{{"square4096", 4096, 4096, 4096}, {"square8192", 8192, 8192, 8192},
+                                       {"mlp_fc1_b128", 128, 784, 512}, {"cnn_fc_b128", 128, 3136, 256}}
+                  : std::vector<Shape>{{"square1024", 1024, 1024, 1024}, {"mlp_fc1_b128", 128, 784, 512}};
   for (const Shape& s : shapes) {
     const std::string name = std::string("gemm.vs_vendor.") + s.name;
     DevMatrix a("a", s.m, s.k), b("b", s.k, s.n), c("c", s.m, s.n), cv("cv", s.m, s.n);
@@ -520,6 +517,50 @@ void check_allreduce(Records& out, bool quick) {
   }
 }
 
+/// The `nccl` pass-through on one rank (NCCL allows one rank per GPU in a communicator, so the
+/// loopback ranks sharing the GPU cannot form a larger one): ncclAllReduce on device buffers, the
+/// result read back and compared with the input, and its time.
+void check_nccl(Records& out, bool quick) {
+#if defined(HPCTRAIN_HAVE_NCCL) && defined(HPCTRAIN_ENABLE_CUDA) && defined(HPCTRAIN_HAVE_CUDA_COLLECTIVES)
+  const std::size_t count = quick ? (std::size_t{1} << 18) : (std::size_t{64} << 20) / 4;
+  const std::size_t bytes = count * sizeof(float);
+  const int reps = 5;
+  double t = 0.0, worst = 0.0;
+  on_loopback_ranks(1, [&](int, hpctrain::coll::Communicator& comm) {
+    RankDevice dev = make_rank_device();
+    std::vector<float> in(count), result(count);
+    for (std::size_t i = 0; i < count; ++i) in[i] = 0.5F * static_cast<float>(i % 101);
+    void* send = dev.allocate(bytes);
+    void* recv = dev.allocate(bytes);
+    dev.memory->copy_to_device(send, in.data(), bytes, 0);
+    dev.memory->synchronize(0);
+    auto reduce = [&] {
+      comm.allreduce(send, recv, count, hpctrain::coll::DataType::f32, hpctrain::coll::ReduceOp::sum,
+                     hpctrain::coll::MemorySpace::device, hpctrain::coll::Algorithm::nccl);
+    };
+    reduce();  // creates the NCCL communicator
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) reduce();
+    t = seconds_since(t0) / reps;
+    dev.memory->copy_to_host(result.data(), recv, bytes, 0);
+    dev.memory->synchronize(0);
+    for (std::size_t i = 0; i < count; ++i) worst = std::max(worst, static_cast<double>(std::fabs(result[i] - in[i])));
+    dev.deallocate(send);
+    dev.deallocate(recv);
+  });
+  json r = record("allreduce.nccl.p1", worst == 0.0);
+  figure(r, "vector_bytes", static_cast<double>(bytes), "B");
+  figure(r, "time_ms", 1e3 * t, "ms");
+  figure(r, "algbw_gb_per_s", static_cast<double>(bytes) / t / 1e9, "GB/s");
+  figure(r, "max_abs_error", worst, "1");
+  r["detail"] = "Algorithm::nccl on one loopback rank (ncclAllReduce, float32 sum, out of place), mean of 5";
+  out.add(std::move(r));
+#else
+  (void)quick;
+  out.add(skipped("allreduce.nccl.p1", "this build has no `nccl` algorithm (HPCTRAIN_ENABLE_NCCL with the CUDA collectives)"));
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -541,7 +582,10 @@ int main(int argc, char** argv) {
       check_training(out, "mlp", o.steps, o.quick);
       check_training(out, "cnn", o.steps, o.quick);
     }
-    if (want("allreduce")) check_allreduce(out, o.quick);
+    if (want("allreduce")) {
+      check_allreduce(out, o.quick);
+      check_nccl(out, o.quick);
+    }
     std::ofstream f(o.json_path);
     HPCTRAIN_REQUIRE(f.good(), "gpu_check: cannot write '" + o.json_path + "'");
     f << out.all.dump(2) << "\n";
