@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "hpctrain/base/error.hpp"
@@ -232,6 +234,26 @@ std::vector<std::unique_ptr<Transport>> make_loopback_group(int ranks) {
   group.reserve(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) group.push_back(std::make_unique<LoopbackTransport>(world, r));
   return group;
+}
+
+void run_loopback_ranks(int ranks, const Tuning& tuning, const std::function<void(Communicator&)>& fn) {
+  auto group = make_loopback_group(ranks);
+  std::vector<std::thread> threads;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Communicator comm(std::move(group[static_cast<std::size_t>(r)]), tuning);
+        fn(comm);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace hpctrain::coll
