@@ -22,8 +22,9 @@ packages=(
   libcpp-httplib-dev wrk
   # TensorBoard event files: libprotobuf + protoc (our own .proto), Boost.CRC for CRC-32C
   libprotobuf-dev protobuf-compiler libboost-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks; googletest's source (/usr/src/googletest) builds the tests where no
+  # GoogleTest is installed (HPCTRAIN_GTEST_SOURCE_DIR: build.no_mpi, scripts/gpu-pack.sh)
+  libgtest-dev libgmock-dev libbenchmark-dev googletest
   # SimGrid 3.32's SMPI (smpicxx, smpirun): the simulated-platform study and the `smpi` tests
   # (scripts/smpi-build.sh, scripts/simulate-collectives, docs/simulation.md)
   libsimgrid-dev
