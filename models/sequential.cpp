@@ -118,12 +118,17 @@ Tensor<T> Sequential<T>::backward(const Tensor<T>& dy, bool need_input_grad,
                                   const std::function<void(std::size_t)>& on_layer_done) {
   HPCTRAIN_REQUIRE(finalized_, "backward before finalize");
   HPCTRAIN_REQUIRE(has_gradients(), "backward on a model whose gradients were released (inference only)");
+  // The input gradient of the first layer with parameters feeds only parameterless layers (a
+  // flatten, say): unless the caller wants the model's input gradient, it and everything below
+  // it is skipped (for the MLP, whose first layer is a flatten, the 128x512x784 product that
+  // would give the pixels' gradient).
+  const std::size_t first_trained = info_.empty() ? layers_.size() : info_.front().layer;
   Tensor<T> g = dy;
   for (std::size_t l = layers_.size(); l-- > 0;) {
-    g = layers_[l]->backward(g, l > 0 || need_input_grad);
+    if (need_input_grad || l >= first_trained) g = layers_[l]->backward(g, need_input_grad || l > first_trained);
     if (on_layer_done) on_layer_done(l);
   }
-  return g;
+  return need_input_grad ? g : Tensor<T>();
 }
 
 template <class T>

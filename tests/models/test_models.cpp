@@ -54,6 +54,55 @@ TEST(Sequential, ReleasedGradientsKeepForwardAndRefuseBackward) {
   }
 }
 
+/// Records the need_input_grad of every backward it gets; passes the gradient through.
+class BackwardProbe final : public Layer<float> {
+ public:
+  explicit BackwardProbe(std::vector<int>* calls) : calls_(calls) {}
+  std::string kind() const override { return "probe"; }
+  Shape output_shape(const Shape& in) const override { return in; }
+  core::Tensor<float> forward(const core::Tensor<float>& x, bool) override { return x; }
+  core::Tensor<float> backward(const core::Tensor<float>& dy, bool need_input_grad) override {
+    calls_->push_back(need_input_grad ? 1 : 0);
+    return need_input_grad ? dy : core::Tensor<float>();
+  }
+
+ private:
+  std::vector<int>* calls_;
+};
+
+/// The input gradient of the first layer with parameters is computed only when the caller asks
+/// for the model's input gradient: the MLP's first dense layer (after a flatten) needs no
+/// 128x512x784 product for the pixels. Parameterless layers below it are not called at all; the
+/// layer-done hook still sees every layer; the parameter gradients are the same either way.
+TEST(Sequential, NoInputGradientBelowTheFirstLayerWithParameters) {
+  std::vector<int> low, mid;
+  Sequential<float> model(Shape{6});
+  model.add(std::make_unique<BackwardProbe>(&low));
+  model.add(std::make_unique<Dense<float>>(6, 5));
+  model.add(std::make_unique<BackwardProbe>(&mid));
+  model.add(std::make_unique<Dense<float>>(5, 3));
+  model.finalize(3);
+  const auto x = random_tensor<float>("x", {4, 6}, 11);
+  const auto dy = random_tensor<float>("dy", {4, 3}, 12);
+
+  model.forward(x, true);
+  model.zero_gradients();
+  std::vector<std::size_t> done;
+  const core::Tensor<float> none = model.backward(dy, false, [&](std::size_t l) { done.push_back(l); });
+  EXPECT_EQ(none.size(), 0);
+  EXPECT_TRUE(low.empty());           // below the first dense layer: not called
+  EXPECT_EQ(mid, std::vector<int>{1});  // between the dense layers: its input gradient is needed
+  EXPECT_EQ(done, (std::vector<std::size_t>{3, 2, 1, 0}));
+  const std::vector<float> grads_without = core::to_host(model.gradient_buffer());
+
+  model.forward(x, true);
+  model.zero_gradients();
+  const core::Tensor<float> dx = model.backward(dy, true);
+  EXPECT_EQ(low, std::vector<int>{1});
+  EXPECT_EQ(dx.shape, (Shape{4, 6}));
+  EXPECT_EQ(core::to_host(model.gradient_buffer()), grads_without);
+}
+
 /// begin_gradients(): layers that write their gradients (dense, token_dense) need no zeroing;
 /// the others' slices are zeroed. The gradients equal zero_gradients() + backward (== compares
 /// -0 and +0 equal, the one difference allowed), whatever the buffer held before (NaN: a
