@@ -9,6 +9,8 @@
 #include "eltwise_onednn.hpp"
 #endif
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -233,6 +235,31 @@ void axpy(T alpha, const Vec<T>& x, const Vec<T>& y) {
 
 template <class T>
 std::int64_t count_nonfinite(const Vec<T>& v) {
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    // On the host, the exponent field of the bit pattern, all ones exactly for Inf and NaN,
+    // counted with 32- or 64-bit integer lanes: a loop the compiler vectorises (Kokkos' int64
+    // reduce over a float comparison did not, and this pass runs over the whole gradient every
+    // step, between backward and the optimiser).
+    using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    static_assert(std::is_floating_point_v<T> && sizeof(T) == sizeof(Bits));
+    constexpr Bits exponent = static_cast<Bits>(sizeof(T) == 4 ? 0x7f800000ull : 0x7ff0000000000000ull);
+    ExecSpace().fence();
+    const std::size_t n = v.extent(0);
+    const T* data = v.data();
+    std::int64_t bad = 0;
+    constexpr std::size_t chunk = std::size_t{1} << 16;  // a Bits lane cannot overflow in a chunk
+    for (std::size_t first = 0; first < n; first += chunk) {
+      const std::size_t last = std::min(n, first + chunk);
+      Bits count = 0;
+      for (std::size_t i = first; i < last; ++i) {
+        Bits b;
+        std::memcpy(&b, data + i, sizeof(Bits));
+        count += (b & exponent) == exponent ? 1 : 0;
+      }
+      bad += static_cast<std::int64_t>(count);
+    }
+    return bad;
+  }
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "hpctrain::count_nonfinite", Range(0, static_cast<std::int64_t>(v.extent(0))),

@@ -104,6 +104,14 @@ void check_count_nonfinite() {
   EXPECT_EQ(count_nonfinite(b.data), 5);
   const auto empty = tensor_from_host<T>("empty", {0}, {});
   EXPECT_EQ(count_nonfinite(empty.data), 0);
+  // Over several of the host path's counting chunks (2^16 elements): both sides of an
+  // edge, and the end.
+  std::vector<T> longer((std::size_t{1} << 20) + 3, T(-2));
+  longer[(std::size_t{1} << 20) - 1] = L::quiet_NaN();
+  longer[std::size_t{1} << 20] = L::infinity();
+  longer.back() = -L::infinity();
+  const auto c = tensor_from_host<T>("longer", {static_cast<std::int64_t>(longer.size())}, longer);
+  EXPECT_EQ(count_nonfinite(c.data), 3);
 }
 
 TEST(Finiteness, CountsNanAndInfinitiesOnly) {

@@ -58,8 +58,8 @@ void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per
 template <class T>
 void set_zero(const Vec<T>& v);
 
-/// The number of elements of v that are NaN or infinite (x - x is 0 exactly when x is finite:
-/// one vectorisable pass, no branches, on any backend).
+/// The number of elements of v that are NaN or infinite: on the host, elements whose exponent
+/// bits are all ones, counted in integer lanes; elsewhere x - x != 0 (0 exactly when x is finite).
 template <class T>
 std::int64_t count_nonfinite(const Vec<T>& v);
 
