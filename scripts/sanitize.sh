@@ -85,7 +85,7 @@ configure_and_build() {
   CC=clang CXX=clang++ cmake -S "$root" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
     -DHPCTRAIN_SANITIZE="$sanitize" -DHPCTRAIN_FUZZ=$fuzz -DHPCTRAIN_ENABLE_UCX=OFF \
-    -DHPCTRAIN_ENABLE_BENCHMARKS=OFF -DHPCTRAIN_TEST_KOKKOS_OPENMP=OFF \
+    -DHPCTRAIN_ENABLE_BENCHMARKS=OFF -DHPCTRAIN_TEST_KOKKOS_OPENMP=OFF -DHPCTRAIN_ENABLE_OPENMP=OFF \
     -DHPCTRAIN_CHECK_TARGETS="$target_list" > "$dir.configure.log" \
     || { cat "$dir.configure.log"; exit 1; }
   # One target over all of them (cmake/HpctrainSanitize.cmake): make schedules every object of

@@ -4,6 +4,7 @@
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
+#include "host_parallel.hpp"
 
 #ifdef HPCTRAIN_HAVE_ONEDNN
 #include "eltwise_onednn.hpp"
@@ -244,20 +245,18 @@ std::int64_t count_nonfinite(const Vec<T>& v) {
     static_assert(std::is_floating_point_v<T> && sizeof(T) == sizeof(Bits));
     constexpr Bits exponent = static_cast<Bits>(sizeof(T) == 4 ? 0x7f800000ull : 0x7ff0000000000000ull);
     ExecSpace().fence();
-    const std::size_t n = v.extent(0);
     const T* data = v.data();
-    std::int64_t bad = 0;
-    constexpr std::size_t chunk = std::size_t{1} << 16;  // a Bits lane cannot overflow in a chunk
-    for (std::size_t first = 0; first < n; first += chunk) {
-      const std::size_t last = std::min(n, first + chunk);
-      Bits count = 0;
-      for (std::size_t i = first; i < last; ++i) {
-        Bits b;
-        std::memcpy(&b, data + i, sizeof(Bits));
-        count += (b & exponent) == exponent ? 1 : 0;
-      }
-      bad += static_cast<std::int64_t>(count);
-    }
+    // Chunks of 2^16: a Bits lane cannot overflow in one.
+    const std::int64_t bad = detail::host_parallel_count(
+        static_cast<std::int64_t>(v.extent(0)), std::int64_t{1} << 16, [=](std::int64_t first, std::int64_t last) {
+          Bits count = 0;
+          for (std::int64_t i = first; i < last; ++i) {
+            Bits b;
+            std::memcpy(&b, data + i, sizeof(Bits));
+            count += (b & exponent) == exponent ? 1 : 0;
+          }
+          return static_cast<std::int64_t>(count);
+        });
     return bad;
   }
   std::int64_t bad = 0;

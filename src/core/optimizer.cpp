@@ -2,6 +2,7 @@
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
+#include "host_parallel.hpp"
 
 #include <cmath>
 
@@ -27,15 +28,15 @@ std::int64_t check_step_args(const Vec<T>& params, const Vec<T>& grads, const Ve
 template <class T, class Body>
 void for_trainable(const char* name, std::int64_t n, const Vec<T>& trainable, const Body& body) {
   if (trainable.extent(0) == 0) {
-    Kokkos::parallel_for(name, Range(0, n), body);
+    detail::host_parallel_for(name, n, body);
     return;
   }
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(trainable.extent(0)) == n,
                    "optimizer step: the trainable mask holds " + std::to_string(trainable.extent(0)) +
                        " elements, parameters " + std::to_string(n));
   const Vec<T> mask = trainable;
-  Kokkos::parallel_for(
-      name, Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+  detail::host_parallel_for(
+      name, n, KOKKOS_LAMBDA(const std::int64_t i) {
         if (mask(i) != T(0)) body(i);
       });
 }

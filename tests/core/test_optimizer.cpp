@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <dlfcn.h>
 
 namespace hpctrain::core {
 namespace {
@@ -89,6 +91,42 @@ TEST(AdamW, MatchesFloat64) {
   EXPECT_EQ(state[0].name, "exp_avg");
   const auto hm = to_host(state[0].tensor.data);
   for (std::size_t i = 0; i < m.size(); ++i) EXPECT_NEAR(hm[i], m[i], 1e-6);
+}
+
+/// Sets the OpenMP team size the way the Environment does (dlsym: the test needs no OpenMP);
+/// returns false when no OpenMP runtime is loaded.
+bool set_openmp_threads(int n) {
+  using SetThreads = void (*)(int);
+  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (set) set(n);
+  return set != nullptr;
+}
+
+/// Long enough (> 2^15 elements) for the host build's optimiser loops to run on the OpenMP team
+/// (src/core/host_parallel.hpp): the bits are the same with one thread and with three, with and
+/// without a trainable mask, and still the float64 reference's to float accuracy.
+TEST(Optimizer, StepsHaveTheSameBitsAtAnyThreadCount) {
+  const GradientSequence r = make_run(100'003, 3);
+  const auto n = static_cast<std::int64_t>(r.p0.size());
+  std::vector<float> mask_host(r.p0.size(), 1.0f);
+  for (std::size_t i = 0; i < mask_host.size(); i += 7) mask_host[i] = 0.0f;
+  const auto mask = tensor_from_host<float>("mask", {n}, mask_host);
+  const auto run = [&](int threads, int which, bool masked) {
+    set_openmp_threads(threads);
+    std::unique_ptr<Optimizer<float>> opt;
+    if (which == 0) opt = std::make_unique<Sgd<float>>(SgdOptions{0.1, 0.9, 0.01, true});
+    if (which == 1) opt = std::make_unique<AdamW<float>>(AdamWOptions{0.01, 0.9, 0.999, 1e-8, 0.1});
+    if (masked) opt->set_trainable_mask(mask.data);
+    return run_float(*opt, r);
+  };
+  for (int which = 0; which < 2; ++which) {
+    for (const bool masked : {false, true}) {
+      const std::vector<float> one = run(1, which, masked), three = run(3, which, masked);
+      EXPECT_EQ(one, three) << (which == 0 ? "sgd" : "adamw") << (masked ? " masked" : "");
+      if (which == 0 && !masked) expect_close(three, sgd_reference(r, 0.1, 0.9, 0.01, true));
+    }
+  }
+  set_openmp_threads(1);
 }
 
 TEST(AdamW, RestoredStateContinuesIdentically) {

@@ -1,0 +1,61 @@
+#pragma once
+// Element-wise host loops on the OpenMP threads a rank's gemm and convolutions already use.
+//
+// Debian's Kokkos is Serial, so Kokkos::parallel_for runs the optimiser step and the gradient's
+// finiteness scan on one thread even when the rank owns several cores (one rank of T threads):
+// the other T - 1 threads, oneDNN's OpenMP team, spin. In a build with OpenMP
+// (HPCTRAIN_HAVE_OPENMP: host builds whose compiler has it) and a Serial execution space these
+// loops run on that team instead, with the thread count the Environment chose
+// (omp_set_num_threads). Every body is element-wise or an integer count, so the result has the
+// same bits at any thread count. Other execution spaces (Kokkos OpenMP, CUDA) keep Kokkos.
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "hpctrain/core/tensor.hpp"
+
+namespace hpctrain::core::detail {
+
+/// Below this many elements a loop stays on the calling thread (a fork costs microseconds).
+inline constexpr std::int64_t kHostParallelMin = std::int64_t{1} << 15;
+
+/// Whether host_parallel_for runs on the OpenMP team (the build has OpenMP, Kokkos is Serial).
+constexpr bool host_loops_on_openmp() {
+#if defined(HPCTRAIN_HAVE_OPENMP) && defined(KOKKOS_ENABLE_SERIAL)
+  return std::is_same_v<ExecSpace, Kokkos::Serial>;
+#else
+  return false;
+#endif
+}
+
+/// body(i) for i in [0, n): on the OpenMP team where host_loops_on_openmp(), else as the Kokkos
+/// kernel `name`. `body` must be element-wise (no reductions, no order).
+template <class Body>
+void host_parallel_for(const char* name, std::int64_t n, const Body& body) {
+  if constexpr (host_loops_on_openmp()) {
+#if defined(HPCTRAIN_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) if (n >= kHostParallelMin)
+    for (std::int64_t i = 0; i < n; ++i) body(i);
+#endif
+  } else {
+    Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, n), body);
+  }
+}
+
+/// The sum of count(first, last) over [0, n) in chunks of `chunk` elements, on the OpenMP team
+/// where the build has OpenMP (an integer sum: the same at any thread count). Host data only.
+template <class Count>
+std::int64_t host_parallel_count(std::int64_t n, std::int64_t chunk, const Count& count) {
+  const std::int64_t chunks = (n + chunk - 1) / chunk;
+  std::int64_t total = 0;
+#if defined(HPCTRAIN_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) reduction(+ : total) if (n >= kHostParallelMin)
+#endif
+  for (std::int64_t c = 0; c < chunks; ++c) total += count(c * chunk, std::min(n, (c + 1) * chunk));
+  return total;
+}
+
+}  // namespace hpctrain::core::detail
