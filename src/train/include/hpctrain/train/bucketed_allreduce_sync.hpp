@@ -62,6 +62,7 @@ class BucketedAllreduceSync final : public GradientSync {
   double waited_between_micro_batches_s_ = 0.0;  ///< the part of waited_s_ inside accumulate()
   std::chrono::steady_clock::time_point backward_end_{};
   bool last_had_samples_ = false;
+  bool gradients_pending_ = false;  ///< begin_gradients() ran and no backward or zeroing since
   bool overlap_observed_ = false;
 };
 
