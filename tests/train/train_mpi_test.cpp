@@ -151,6 +151,38 @@ TEST(Training, ParametersMatchOneRankRun) {
   comm.barrier();
 }
 
+/// The epoch's last batch holds 1 sample (4096 = 91 x 45 + 1, drop_last off), so at P >= 2 every
+/// rank but the last has none in that step, after steps in which it had some. Its dense layers
+/// write their gradients in a step's first backward instead of adding to a zeroed buffer
+/// (begin_gradients): a rank with no backward must still send zeros, not the last step's
+/// gradient. The run goes on into the second epoch; the P-rank parameters must equal the
+/// 1-rank ones within the bound of ParametersMatchOneRankRun. Sending a stale gradient (one
+/// step's whole gradient again) moves them by far more than that.
+TEST(Training, ARankWithoutSamplesInAStepSendsZeros) {
+  coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));
+  train::TrainOptions o = base_options();
+  o.global_batch = 45;
+  o.drop_last = false;
+  o.epochs = 2;
+  o.max_steps = 95;  // 92 steps in the first epoch, the last of them 1 sample
+  o.eval_data.clear();
+  const auto parallel = train::run_training(o, comm);
+  coll::Communicator self = comm.split(comm.rank(), 0);
+  if (comm.rank() == 0) {
+    const auto single = train::run_training(o, self);
+    ASSERT_EQ(single.parameters.size(), parallel.parameters.size());
+    double scale = 0, worst = 0;
+    for (float p : single.parameters) scale = std::max(scale, static_cast<double>(std::fabs(p)));
+    for (std::size_t i = 0; i < single.parameters.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(single.parameters[i] - parallel.parameters[i])));
+    }
+    std::printf("1-sample last batch: max |p_P - p_1| = %.3g (parameter scale %.3g) at P=%d\n", worst, scale,
+                comm.size());
+    EXPECT_LE(worst, 2e-4 * scale);
+  }
+  comm.barrier();
+}
+
 /// Largest |a_i - b_i| and the largest |a_i| (the parameter scale).
 std::pair<double, double> max_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0, scale = 0;
