@@ -34,6 +34,7 @@ from spack_repo.builtin.build_systems.cuda import CudaPackage  # noqa: E402
 # and a depends_on() to package.py, when the CMake gains a dependency.
 CMAKE_TO_SPACK = {
     "Threads": None,
+    "OpenMP": None,  # the compiler's own runtime (GCC's libgomp), not a Spack package
     "MPI": "mpi",
     "CUDAToolkit": None,  # from CudaPackage (the +cuda variant), not a depends_on
     "HDF5": "hdf5",
