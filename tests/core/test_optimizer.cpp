@@ -1,13 +1,14 @@
 // Optimiser steps against hand-written float64 updates; gradient clipping with a reduction hook.
 #include "gradient_check.hpp"
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/optimizer.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
-#include <dlfcn.h>
 
 namespace hpctrain::core {
 namespace {
@@ -93,15 +94,6 @@ TEST(AdamW, MatchesFloat64) {
   for (std::size_t i = 0; i < m.size(); ++i) EXPECT_NEAR(hm[i], m[i], 1e-6);
 }
 
-/// Sets the OpenMP team size the way the Environment does (dlsym: the test needs no OpenMP);
-/// returns false when no OpenMP runtime is loaded.
-bool set_openmp_threads(int n) {
-  using SetThreads = void (*)(int);
-  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  if (set) set(n);
-  return set != nullptr;
-}
-
 /// Long enough (> 2^15 elements) for the host build's optimiser loops to run on the OpenMP team
 /// (src/core/host_parallel.hpp): the bits are the same with one thread and with three, with and
 /// without a trainable mask, and still the float64 reference's to float accuracy.
@@ -111,8 +103,9 @@ TEST(Optimizer, StepsHaveTheSameBitsAtAnyThreadCount) {
   std::vector<float> mask_host(r.p0.size(), 1.0f);
   for (std::size_t i = 0; i < mask_host.size(); i += 7) mask_host[i] = 0.0f;
   const auto mask = tensor_from_host<float>("mask", {n}, mask_host);
+  const int before = std::max(1, blas_threads());
   const auto run = [&](int threads, int which, bool masked) {
-    set_openmp_threads(threads);
+    set_blas_threads(threads);  // OpenBLAS and the OpenMP team, as the Environment sets them
     std::unique_ptr<Optimizer<float>> opt;
     if (which == 0) opt = std::make_unique<Sgd<float>>(SgdOptions{0.1, 0.9, 0.01, true});
     if (which == 1) opt = std::make_unique<AdamW<float>>(AdamWOptions{0.01, 0.9, 0.999, 1e-8, 0.1});
@@ -126,7 +119,7 @@ TEST(Optimizer, StepsHaveTheSameBitsAtAnyThreadCount) {
       if (which == 0 && !masked) expect_close(three, sgd_reference(r, 0.1, 0.9, 0.01, true));
     }
   }
-  set_openmp_threads(1);
+  set_blas_threads(before);
 }
 
 TEST(AdamW, RestoredStateContinuesIdentically) {

@@ -109,6 +109,16 @@ TEST(Training, ResnetAndTransformerLearnFashionMnistSubset) {
   }
 }
 
+/// Largest |a_i - b_i| and the largest |a_i| (the parameter scale).
+std::pair<double, double> max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+  }
+  return {worst, scale};
+}
+
 TEST(Training, ParametersMatchOneRankRun) {
   // Same seed, same global batch: the P-rank result must equal the 1-rank result up to float
   // rounding. The only difference is the order in which per-sample gradient contributions are
@@ -127,11 +137,7 @@ TEST(Training, ParametersMatchOneRankRun) {
   if (comm.rank() == 0) {
     const auto single = train::run_training(o, self);
     ASSERT_EQ(single.parameters.size(), parallel.parameters.size());
-    double scale = 0, worst = 0;
-    for (float p : single.parameters) scale = std::max(scale, static_cast<double>(std::fabs(p)));
-    for (std::size_t i = 0; i < single.parameters.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(single.parameters[i] - parallel.parameters[i])));
-    }
+    const auto [worst, scale] = max_difference(single.parameters, parallel.parameters);
     std::printf("max |p_P - p_1| = %.3g (parameter scale %.3g) at P=%d\n", worst, scale, comm.size());
     EXPECT_LE(worst, 2e-4 * scale);
     if (comm.size() == 1) {
@@ -171,26 +177,12 @@ TEST(Training, ARankWithoutSamplesInAStepSendsZeros) {
   if (comm.rank() == 0) {
     const auto single = train::run_training(o, self);
     ASSERT_EQ(single.parameters.size(), parallel.parameters.size());
-    double scale = 0, worst = 0;
-    for (float p : single.parameters) scale = std::max(scale, static_cast<double>(std::fabs(p)));
-    for (std::size_t i = 0; i < single.parameters.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(single.parameters[i] - parallel.parameters[i])));
-    }
+    const auto [worst, scale] = max_difference(single.parameters, parallel.parameters);
     std::printf("1-sample last batch: max |p_P - p_1| = %.3g (parameter scale %.3g) at P=%d\n", worst, scale,
                 comm.size());
     EXPECT_LE(worst, 2e-4 * scale);
   }
   comm.barrier();
-}
-
-/// Largest |a_i - b_i| and the largest |a_i| (the parameter scale).
-std::pair<double, double> max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
-  }
-  return {worst, scale};
 }
 
 TEST(Training, SyncBatchNormMatchesOneRankRun) {
