@@ -29,6 +29,12 @@
 //      copy_GB_per_s, frac_of_copy = copy time / kernel time.
 //  train_step/<mlp|cnn>/<batch>        zero grads, forward, softmax cross-entropy, backward,
 //      SGD (momentum 0.9) on a model from models::build_model. Counter: samples_per_s.
+//  train_step_micro_shards/<mlp|cnn>/batch:B/shard:S/one_buffer:0|1  deterministic mode's
+//      compute without its collectives: the batch in micro-shards of S rows, each into its own
+//      gradient buffer, summed pairwise, then SGD; against the whole batch in one pass in the
+//      same iteration. one_buffer:1 adds every micro-shard into one buffer instead (the 16-row
+//      passes' own cost, below any arrangement of the sum). Counters: samples_per_s,
+//      whole_batch_samples_per_s, frac_of_whole_batch.
 //
 // Kokkos is initialised in main (it takes --kokkos-* flags); no MPI.
 
@@ -46,6 +52,7 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -387,6 +394,14 @@ void register_streaming_benchmarks() {
 
 // ---- training step -------------------------------------------------------------------------
 
+/// The training steps' optimiser: SGD, lr 0.01, momentum 0.9.
+core::SgdOptions training_step_sgd() {
+  core::SgdOptions o;
+  o.lr = 0.01;
+  o.momentum = 0.9;
+  return o;
+}
+
 void bench_train_step(benchmark::State& state, const std::string& model_name) {
   try {
     const std::int64_t batch = state.range(0);
@@ -401,10 +416,7 @@ void bench_train_step(benchmark::State& state, const std::string& model_name) {
       Kokkos::deep_copy(labels, h);
     }
     const auto dlogits = core::make_tensor<float>("bench::dlogits", {batch, 10});
-    core::SgdOptions opt_options;
-    opt_options.lr = 0.01;
-    opt_options.momentum = 0.9;
-    core::Sgd<float> optimizer(opt_options);
+    core::Sgd<float> optimizer(training_step_sgd());
     double loss = 0;
     auto step = [&] {
       model->zero_gradients();
@@ -420,6 +432,104 @@ void bench_train_step(benchmark::State& state, const std::string& model_name) {
     state.counters["samples_per_s"] =
         benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["loss"] = loss;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// Deterministic mode's compute pattern without its collectives: the batch cut into micro-shards
+// of `shard` rows, each computed on its own into its own gradient buffer (as
+// train::DeterministicSync computes a term straight into the tree sum's storage), the terms then
+// summed pairwise into the model's buffer; against the whole batch in one pass (the ordinary
+// step), alternating within each iteration. What the ratio shows is what smaller gemm calls and
+// a gradient buffer per micro-shard cost on one core, before any communication. With
+// one_buffer = 1 every micro-shard adds into the model's buffer instead (not deterministic mode's
+// arithmetic: the cost any arrangement of the sum leaves, i.e. that of the 16-row passes alone).
+void bench_train_step_micro_shards(benchmark::State& state, const std::string& model_name) {
+  try {
+    const std::int64_t batch = state.range(0);
+    const std::int64_t shard = state.range(1);
+    const std::int64_t shards = (batch + shard - 1) / shard;
+    const bool one_buffer = state.range(2) != 0;
+    auto model = models::build_model<float>(nlohmann::json{{"name", model_name}, {"seed", 1}});
+    const std::int64_t sample = 28 * 28;
+    const auto hx = random_host(batch * sample, 5);
+    const auto x = core::tensor_from_host<float>("bench::x", {batch, 1, 28, 28}, hx);
+    std::vector<core::Tensor<float>> xs;
+    std::vector<core::Labels> ls;
+    core::Labels labels("bench::labels", static_cast<std::size_t>(batch));
+    auto hl = Kokkos::create_mirror_view(labels);
+    for (std::int64_t i = 0; i < batch; ++i) hl(i) = static_cast<std::int32_t>(i % 10);
+    Kokkos::deep_copy(labels, hl);
+    for (std::int64_t s = 0; s < shards; ++s) {
+      const std::int64_t rows = std::min(shard, batch - s * shard);
+      const std::vector<float> part(hx.begin() + s * shard * sample, hx.begin() + (s * shard + rows) * sample);
+      xs.push_back(core::tensor_from_host<float>("bench::x_shard", {rows, 1, 28, 28}, part));
+      core::Labels l("bench::labels_shard", static_cast<std::size_t>(rows));
+      auto h = Kokkos::create_mirror_view(l);
+      for (std::int64_t i = 0; i < rows; ++i) h(i) = hl(s * shard + i);
+      Kokkos::deep_copy(l, h);
+      ls.push_back(l);
+    }
+    const std::int64_t count = model->parameter_count();
+    std::vector<core::Vec<float>> terms;
+    for (std::int64_t s = 0; s < shards && !one_buffer; ++s) terms.emplace_back("bench::term", count);
+    core::Tensor<float> dlogits;
+    core::Sgd<float> optimizer(training_step_sgd());
+    double loss = 0;
+    auto whole = [&] {
+      model->redirect_gradients(core::Vec<float>());
+      model->begin_gradients();
+      const auto logits = model->forward(x, true);
+      core::ensure_shape(dlogits, "bench::dlogits", logits.shape);
+      loss = core::softmax_cross_entropy(logits, labels, batch, dlogits);
+      model->backward(dlogits);
+      optimizer.step(model->parameter_buffer(), model->gradient_buffer());
+      fence();
+    };
+    auto sharded = [&] {
+      for (std::int64_t s = 0; s < shards; ++s) {
+        if (one_buffer) {
+          if (s == 0) model->begin_gradients();  // the others add into the model's buffer
+        } else {
+          model->redirect_gradients(terms[static_cast<std::size_t>(s)]);
+          model->begin_gradients();
+        }
+        const auto logits = model->forward(xs[static_cast<std::size_t>(s)], true);
+        core::ensure_shape(dlogits, "bench::dlogits", logits.shape);
+        loss = core::softmax_cross_entropy(logits, ls[static_cast<std::size_t>(s)], batch, dlogits);
+        model->backward(dlogits);
+      }
+      if (!one_buffer) {
+        for (std::int64_t width = 1; width < shards; width *= 2) {  // pairwise, as the tree sum
+          for (std::int64_t s = 0; s + width < shards; s += 2 * width) {
+            core::axpy(1.0F, terms[static_cast<std::size_t>(s + width)], terms[static_cast<std::size_t>(s)]);
+          }
+        }
+        model->redirect_gradients(core::Vec<float>());
+        Kokkos::deep_copy(model->gradient_buffer(), terms[0]);
+      }
+      optimizer.step(model->parameter_buffer(), model->gradient_buffer());
+      fence();
+    };
+    whole();  // warm-up: activations, optimiser state, oneDNN primitives for both shapes
+    sharded();
+    double whole_s = 0, sharded_s = 0;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      whole();
+      whole_s += seconds_since(t0);
+      t0 = Clock::now();
+      sharded();
+      const double t = seconds_since(t0);
+      sharded_s += t;
+      state.SetIterationTime(t);
+    }
+    benchmark::DoNotOptimize(loss);
+    const double iters = static_cast<double>(state.iterations());
+    state.counters["samples_per_s"] = static_cast<double>(batch) * iters / sharded_s;
+    state.counters["whole_batch_samples_per_s"] = static_cast<double>(batch) * iters / whole_s;
+    state.counters["frac_of_whole_batch"] = whole_s / sharded_s;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -463,6 +573,16 @@ void register_benchmarks() {
         ->Arg(64)
         ->Arg(128)
         ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  // Per rank at global batch 128 on 2 ranks: the default micro-shard (16) and 32.
+  for (const std::string model : {"mlp", "cnn"}) {
+    benchmark::RegisterBenchmark(("train_step_micro_shards/" + model).c_str(), bench_train_step_micro_shards, model)
+        ->ArgNames({"batch", "shard", "one_buffer"})
+        ->Args({64, 16, 0})
+        ->Args({64, 16, 1})
+        ->Args({64, 32, 0})
+        ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
 }
