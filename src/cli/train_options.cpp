@@ -157,7 +157,9 @@ void add_gradient_options(CLI::App& train, TrainArgs& a) {
 /// Loader, progress and metrics output, checkpoints, --config, determinism and threads.
 void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   auto& o = a.options;
-  train.add_option("--prefetch", o.prefetch_depth, "Batches read ahead by the loader thread (bounds memory)")
+  train.add_option("--prefetch", o.prefetch_depth,
+                   "Batches read ahead from the file by the loader thread (bounds memory; at least 1). Data "
+                   "held in memory (--data-in-memory-mib) is read in the training loop instead")
       ->capture_default_str();
   train.add_option("--data-in-memory-mib", o.data_in_memory_mib,
                    "Copy the training split into memory when its samples take at most this many MiB per rank "
@@ -204,8 +206,9 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--micro-shard", o.micro_shard,
                    "--deterministic: samples per micro-shard (the unit of work a rank computes on its own). "
                    "The bytes depend on it, never on the rank count; ranks beyond global batch / micro-shard "
-                   "idle. Larger is faster (MLP at P = 2: 16 costs about 45 %, 64 about 5 %): global batch / the "
-                   "most ranks the run will use is the fastest that keeps every rank busy (docs/deterministic.md)")
+                   "idle. Larger is faster (MLP at P = 2: 16 costs about 30 %, 32 about 15 %, 64 nothing "
+                   "measurable): global batch / the most ranks the run will use is the fastest that keeps every "
+                   "rank busy (docs/deterministic.md)")
       ->capture_default_str();
   train.add_option("--threads-per-rank", a.threads_per_rank,
                    "Compute threads (OpenBLAS, oneDNN) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, "

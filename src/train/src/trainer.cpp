@@ -84,7 +84,7 @@ void validate(const TrainOptions& o) {
   HPCTRAIN_REQUIRE(o.clip_norm >= 0, "--clip-norm must be non-negative (0 disables clipping)");
   HPCTRAIN_REQUIRE(o.optimizer == "sgd" || o.optimizer == "adamw",
                    "--optimizer: unknown optimiser '" + o.optimizer + "' (expected sgd or adamw)");
-  HPCTRAIN_REQUIRE(o.prefetch_depth >= 1, "--prefetch must be at least 1");
+  HPCTRAIN_REQUIRE(o.prefetch_depth >= 1, "--prefetch must be at least 1, got " + std::to_string(o.prefetch_depth));
   HPCTRAIN_REQUIRE(o.micro_shard >= 1, "--micro-shard must be at least 1, got " + std::to_string(o.micro_shard));
   validate_strategy(o);
   HPCTRAIN_REQUIRE(!(o.sync_bn && o.deterministic),
