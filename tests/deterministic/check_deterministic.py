@@ -93,6 +93,7 @@ def main():
                   "--lr", "0.05", "--momentum", "0.9", "--clip-norm", "5"]
         total, half = 4, 2
     test = data("test", "t10k", 300 if a.model == "mlp" else 100)
+    global_batch = int(common[common.index("--global-batch") + 1])
     common += ["--data", train, "--eval-data", test, "--log-every", "0", "--seed", "7"]
 
     def train_run(tag, np_, extra, deterministic=True):
@@ -141,6 +142,17 @@ def main():
     idle_note = "micro-shards per global batch: "
     if any(idle_note in r["out"] for r in runs.values()):
         failures.append("an idle-rank note although every rank holds a micro-shard")
+    # Two or more micro-shards per rank on two or more ranks: a note names the wider micro-shard
+    # that keeps every rank busy; one micro-shard per rank or fewer, or one rank: none.
+    for np_, r in runs.items():
+        shards = -(-global_batch // 16)
+        wanted = np_ >= 2 and shards >= 2 * np_
+        widest = -(-global_batch // np_)
+        note = "--micro-shard %d would run faster with every rank still busy" % widest
+        if wanted and note not in r["out"]:
+            failures.append("np %d: no note naming --micro-shard %d:\n%s" % (np_, widest, r["out"]))
+        if not wanted and "would run faster with every rank still busy" in r["out"]:
+            failures.append("np %d: a wider-micro-shard note with fewer than two micro-shards per rank" % np_)
 
     # More ranks than micro-shards (MLP only): at micro-shards of 32 a global batch of 96 has 3,
     # so one of 4 ranks holds none (and the last, partial batch of 40 has 2); the start-up line
