@@ -79,10 +79,10 @@ void ProgressReport::print_start(const RunDescription& run) const {
                   static_cast<long long>(shards), static_cast<long long>(comm_.size() - shards), comm_.size());
     }
     // Two or more micro-shards per rank: the largest micro-shard that still gives every rank one
-    // runs faster (fewer, larger passes; stop 42: 16 costs the MLP ~30 % at P = 2, 64 nothing).
+    // runs faster (fewer, larger passes; 16 costs the MLP ~30 % at P = 2, 64 nothing measurable).
+    // Not on one rank: a one-rank deterministic run is usually the reference others compare with.
     const std::int64_t ranks = comm_.size();
     const std::int64_t widest = (o.global_batch + ranks - 1) / ranks;
-    // (Not on one rank: a one-rank deterministic run is usually the reference others compare with.)
     if (ranks >= 2 && shards >= 2 * ranks && widest > o.micro_shard) {
       std::printf("hpctrain: note: %lld micro-shards per global batch over %lld ranks; --micro-shard %lld would "
                   "run faster with every rank still busy (other bytes; a resume at more than %lld ranks would then "
