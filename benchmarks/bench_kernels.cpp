@@ -402,19 +402,36 @@ core::SgdOptions training_step_sgd() {
   return o;
 }
 
+/// A batch of `batch` random 1x28x28 images with labels 0..9 in turn.
+struct ImageBatch {
+  core::Tensor<float> x;
+  core::Labels labels;
+
+  explicit ImageBatch(std::int64_t batch)
+      : x(core::tensor_from_host<float>("bench::x", {batch, 1, 28, 28}, random_host(batch * 28 * 28, 5))),
+        labels("bench::labels", static_cast<std::size_t>(batch)) {
+    auto h = Kokkos::create_mirror_view(labels);
+    for (std::int64_t i = 0; i < batch; ++i) h(i) = static_cast<std::int32_t>(i % 10);
+    Kokkos::deep_copy(labels, h);
+  }
+  /// Rows [first, first + rows), sharing the storage.
+  ImageBatch rows(std::int64_t first, std::int64_t rows) const {
+    const auto sample = x.size() / x.dim(0);
+    ImageBatch part = *this;
+    part.x = core::Tensor<float>(Kokkos::subview(x.data, std::make_pair(first * sample, (first + rows) * sample)),
+                                 {rows, 1, 28, 28});
+    part.labels = Kokkos::subview(labels, std::make_pair(first, first + rows));
+    return part;
+  }
+};
+
 void bench_train_step(benchmark::State& state, const std::string& model_name) {
   try {
     const std::int64_t batch = state.range(0);
     auto model = models::build_model<float>(nlohmann::json{{"name", model_name}, {"seed", 1}});
-    const std::int64_t sample = 28 * 28;
-    const auto x = core::tensor_from_host<float>("bench::x", {batch, 1, 28, 28},
-                                                 random_host(batch * sample, 5));
-    core::Labels labels("bench::labels", static_cast<std::size_t>(batch));
-    {
-      auto h = Kokkos::create_mirror_view(labels);
-      for (std::int64_t i = 0; i < batch; ++i) h(i) = static_cast<std::int32_t>(i % 10);
-      Kokkos::deep_copy(labels, h);
-    }
+    const ImageBatch data(batch);
+    const auto& x = data.x;
+    const auto& labels = data.labels;
     const auto dlogits = core::make_tensor<float>("bench::dlogits", {batch, 10});
     core::Sgd<float> optimizer(training_step_sgd());
     double loss = 0;
@@ -438,13 +455,14 @@ void bench_train_step(benchmark::State& state, const std::string& model_name) {
 }
 
 // Deterministic mode's compute pattern without its collectives: the batch cut into micro-shards
-// of `shard` rows, each computed on its own into its own gradient buffer (as
-// train::DeterministicSync computes a term straight into the tree sum's storage), the terms then
-// summed pairwise into the model's buffer; against the whole batch in one pass (the ordinary
-// step), alternating within each iteration. What the ratio shows is what smaller gemm calls and
-// a gradient buffer per micro-shard cost on one core, before any communication. With
-// one_buffer = 1 every micro-shard adds into the model's buffer instead (not deterministic mode's
-// arithmetic: the cost any arrangement of the sum leaves, i.e. that of the 16-row passes alone).
+// of `shard` rows, each computed on its own, the first into the model's gradient buffer and the
+// others into buffers of their own (as train::DeterministicSync computes a term straight into
+// the tree sum's storage, lending the model's buffer for the first), the terms then summed
+// pairwise into the first; against the whole batch in one pass (the ordinary step), alternating
+// within each iteration. What the ratio shows is what smaller gemm calls and a gradient buffer
+// per micro-shard cost on one core, before any communication. With one_buffer = 1 every
+// micro-shard adds into the model's buffer instead (not deterministic mode's arithmetic: the cost
+// any arrangement of the sum leaves, i.e. that of the 16-row passes alone).
 void bench_train_step_micro_shards(benchmark::State& state, const std::string& model_name) {
   try {
     const std::int64_t batch = state.range(0);
@@ -452,62 +470,40 @@ void bench_train_step_micro_shards(benchmark::State& state, const std::string& m
     const std::int64_t shards = (batch + shard - 1) / shard;
     const bool one_buffer = state.range(2) != 0;
     auto model = models::build_model<float>(nlohmann::json{{"name", model_name}, {"seed", 1}});
-    const std::int64_t sample = 28 * 28;
-    const auto hx = random_host(batch * sample, 5);
-    const auto x = core::tensor_from_host<float>("bench::x", {batch, 1, 28, 28}, hx);
-    std::vector<core::Tensor<float>> xs;
-    std::vector<core::Labels> ls;
-    core::Labels labels("bench::labels", static_cast<std::size_t>(batch));
-    auto hl = Kokkos::create_mirror_view(labels);
-    for (std::int64_t i = 0; i < batch; ++i) hl(i) = static_cast<std::int32_t>(i % 10);
-    Kokkos::deep_copy(labels, hl);
-    for (std::int64_t s = 0; s < shards; ++s) {
-      const std::int64_t rows = std::min(shard, batch - s * shard);
-      const std::vector<float> part(hx.begin() + s * shard * sample, hx.begin() + (s * shard + rows) * sample);
-      xs.push_back(core::tensor_from_host<float>("bench::x_shard", {rows, 1, 28, 28}, part));
-      core::Labels l("bench::labels_shard", static_cast<std::size_t>(rows));
-      auto h = Kokkos::create_mirror_view(l);
-      for (std::int64_t i = 0; i < rows; ++i) h(i) = hl(s * shard + i);
-      Kokkos::deep_copy(l, h);
-      ls.push_back(l);
+    const ImageBatch data(batch);
+    std::vector<ImageBatch> parts;
+    for (std::int64_t s = 0; s < shards; ++s) parts.push_back(data.rows(s * shard, std::min(shard, batch - s * shard)));
+    // Where micro-shard s's gradient goes: the model's buffer (empty Vec) for the first, and
+    // with one_buffer for all; a buffer of its own for each of the others.
+    std::vector<core::Vec<float>> terms(static_cast<std::size_t>(shards));
+    for (std::int64_t s = 1; s < shards && !one_buffer; ++s) {
+      terms[static_cast<std::size_t>(s)] = core::Vec<float>("bench::term", model->parameter_count());
     }
-    const std::int64_t count = model->parameter_count();
-    std::vector<core::Vec<float>> terms;
-    for (std::int64_t s = 0; s < shards && !one_buffer; ++s) terms.emplace_back("bench::term", count);
     core::Tensor<float> dlogits;
     core::Sgd<float> optimizer(training_step_sgd());
     double loss = 0;
-    auto whole = [&] {
-      model->redirect_gradients(core::Vec<float>());
-      model->begin_gradients();
-      const auto logits = model->forward(x, true);
+    auto pass = [&](const ImageBatch& b) {
+      const auto logits = model->forward(b.x, true);
       core::ensure_shape(dlogits, "bench::dlogits", logits.shape);
-      loss = core::softmax_cross_entropy(logits, labels, batch, dlogits);
+      loss = core::softmax_cross_entropy(logits, b.labels, batch, dlogits);
       model->backward(dlogits);
+    };
+    auto whole = [&] {
+      model->begin_gradients();
+      pass(data);
       optimizer.step(model->parameter_buffer(), model->gradient_buffer());
       fence();
     };
     auto sharded = [&] {
       for (std::int64_t s = 0; s < shards; ++s) {
-        if (one_buffer) {
-          if (s == 0) model->begin_gradients();  // the others add into the model's buffer
-        } else {
-          model->redirect_gradients(terms[static_cast<std::size_t>(s)]);
-          model->begin_gradients();
-        }
-        const auto logits = model->forward(xs[static_cast<std::size_t>(s)], true);
-        core::ensure_shape(dlogits, "bench::dlogits", logits.shape);
-        loss = core::softmax_cross_entropy(logits, ls[static_cast<std::size_t>(s)], batch, dlogits);
-        model->backward(dlogits);
+        model->redirect_gradients(terms[static_cast<std::size_t>(s)]);
+        if (s == 0 || !one_buffer) model->begin_gradients();  // else: adds into the model's buffer
+        pass(parts[static_cast<std::size_t>(s)]);
       }
-      if (!one_buffer) {
-        for (std::int64_t width = 1; width < shards; width *= 2) {  // pairwise, as the tree sum
-          for (std::int64_t s = 0; s + width < shards; s += 2 * width) {
-            core::axpy(1.0F, terms[static_cast<std::size_t>(s + width)], terms[static_cast<std::size_t>(s)]);
-          }
-        }
-        model->redirect_gradients(core::Vec<float>());
-        Kokkos::deep_copy(model->gradient_buffer(), terms[0]);
+      model->redirect_gradients(core::Vec<float>());
+      auto term = [&](std::int64_t s) { return s == 0 ? model->gradient_buffer() : terms[static_cast<std::size_t>(s)]; };
+      for (std::int64_t width = 1; width < shards && !one_buffer; width *= 2) {  // pairwise, as the tree sum
+        for (std::int64_t s = 0; s + width < shards; s += 2 * width) core::axpy(1.0F, term(s + width), term(s));
       }
       optimizer.step(model->parameter_buffer(), model->gradient_buffer());
       fence();

@@ -94,6 +94,7 @@ def main():
         total, half = 4, 2
     test = data("test", "t10k", 300 if a.model == "mlp" else 100)
     global_batch = int(common[common.index("--global-batch") + 1])
+    micro_shard = int(common[common.index("--micro-shard") + 1])
     common += ["--data", train, "--eval-data", test, "--log-every", "0", "--seed", "7"]
 
     def train_run(tag, np_, extra, deterministic=True):
@@ -145,7 +146,7 @@ def main():
     # Two or more micro-shards per rank on two or more ranks: a note names the wider micro-shard
     # that keeps every rank busy; one micro-shard per rank or fewer, or one rank: none.
     for np_, r in runs.items():
-        shards = -(-global_batch // 16)
+        shards = -(-global_batch // micro_shard)
         wanted = np_ >= 2 and shards >= 2 * np_
         widest = -(-global_batch // np_)
         note = "--micro-shard %d would run faster with every rank still busy" % widest
