@@ -16,6 +16,8 @@ packages=(
   liblbfgs-dev
   # oneDNN: the convolutions' CPU fast path (its CMake config also needs OpenCL's headers)
   libdnnl-dev ocl-icd-opencl-dev
+  # libxsmm: JIT kernels for the dense layers' small gemms (static library, pkg-config)
+  libxsmm-dev
   # small libraries used by the code
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev zlib1g-dev
   # `hpctrain serve`'s HTTP server; wrk drives scripts/load-test-serve.sh

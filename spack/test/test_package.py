@@ -51,6 +51,7 @@ CMAKE_TO_SPACK = {
     "cpp-httplib": "cpp-httplib",  # or pkg-config (Debian's compiled libcpp-httplib-dev)
     "ucx": "ucx",
     "dnnl": "onednn",
+    "libxsmm": "libxsmm",
     "GTest": "googletest",
     "benchmark": "benchmark",
     "ZLIB": "zlib-api",
@@ -128,6 +129,7 @@ def make_pkg(
     mpi="openmpi",
     onednn=True,
     with_mpi=True,
+    libxsmm=None,
 ):
     mpi_prefix = os.path.join(tmp, mpi)
     os.makedirs(os.path.join(mpi_prefix, "bin"), exist_ok=True)
@@ -144,6 +146,7 @@ def make_pkg(
         "nccl": False,
         "ucx": ucx,
         "onednn": onednn,
+        "libxsmm": (not cuda) if libxsmm is None else libxsmm,
         "benchmarks": benchmarks,
         "openmp": False,
         "mpi": with_mpi,
@@ -210,8 +213,11 @@ class RecipeTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             on = make_pkg(self.Hpctrain, tmp, cuda=True, run_tests=True).cmake_args()
             off = make_pkg(
-                self.Hpctrain, tmp, ucx=False, benchmarks=False, onednn=False
+                self.Hpctrain, tmp, ucx=False, benchmarks=False, onednn=False, libxsmm=False
             ).cmake_args()
+            xsmm = make_pkg(self.Hpctrain, tmp).cmake_args()
+        self.assertIn("-DHPCTRAIN_ENABLE_LIBXSMM:BOOL=ON", xsmm)
+        self.assertIn("-DHPCTRAIN_ENABLE_LIBXSMM:BOOL=OFF", off)
         for name in ("TESTS", "BENCHMARKS", "UCX", "ONEDNN", "CUDA"):
             self.assertIn(f"-DHPCTRAIN_ENABLE_{name}:BOOL=ON", on)
             self.assertIn(f"-DHPCTRAIN_ENABLE_{name}:BOOL=OFF", off)
@@ -285,6 +291,7 @@ class RecipeTest(unittest.TestCase):
             self.assertTrue(has(f"kokkos-kernels@{release}", cond=f"^kokkos@{release}"), release)
         self.assertTrue(has("ucx@1.12:", cond="+ucx"))
         self.assertTrue(has("onednn@2.6:", cond="+onednn"))
+        self.assertTrue(has("libxsmm@1.17:", cond="+libxsmm ~cuda"))
         self.assertTrue(has("benchmark", cond="+benchmarks"))
         self.assertTrue(has("googletest", ("test",)))
         self.assertTrue(has("simgrid@3.32:", ("test",)))  # the smpi tests (smpicxx)

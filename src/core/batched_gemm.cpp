@@ -84,7 +84,7 @@ void batched_gemm(const BatchedGemmShape& s, T alpha, const StridedMatrices<T>& 
 #ifdef HPCTRAIN_HAVE_ONEDNN
   if constexpr (std::is_same_v<T, float> &&
                 Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
-    if (s.k > 0 && gemm_backend() == GemmBackend::onednn) {
+    if (s.k > 0 && gemm_backend() != GemmBackend::blas && onednn_available()) {
       ExecSpace().fence();
       const auto desc = [](const StridedMatrices<float>& x) {
         return onednn::StridedOperand{x.data.data() + x.offset,

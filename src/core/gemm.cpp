@@ -24,9 +24,22 @@
 #include "gemm_onednn.hpp"
 #endif
 
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+#include "gemm_libxsmm.hpp"
+#endif
+
 namespace hpctrain::core {
 
+bool libxsmm_available() {
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible && libxsmm::available();
+#else
+  return false;
+#endif
+}
+
 const char* gemm_backend_name(GemmBackend backend) {
+  if (backend == GemmBackend::libxsmm) return "libxsmm";
   if (backend == GemmBackend::onednn) return "onednn";
 #ifdef HPCTRAIN_GEMM_CUBLAS
   return "cublas";
@@ -44,7 +57,24 @@ GemmBackend gemm_backend_from_environment() {
     return GemmBackend::blas;
   }
 #endif
-  return onednn_from_environment("HPCTRAIN_GEMM_BACKEND", "blas", "gemm") ? GemmBackend::onednn : GemmBackend::blas;
+  const char* env = std::getenv("HPCTRAIN_GEMM_BACKEND");
+  const std::string v = env == nullptr ? "" : env;
+  if (v.empty()) {
+    if (libxsmm_available()) return GemmBackend::libxsmm;
+    return onednn_available() ? GemmBackend::onednn : GemmBackend::blas;
+  }
+  if (v == "blas") return GemmBackend::blas;
+  if (v == "libxsmm") {
+    HPCTRAIN_REQUIRE(libxsmm_available(),
+                     "HPCTRAIN_GEMM_BACKEND=libxsmm, but this build has no libxsmm or this CPU no AVX2 "
+                     "(configure with -DHPCTRAIN_ENABLE_LIBXSMM=ON and libxsmm installed)");
+    return GemmBackend::libxsmm;
+  }
+  HPCTRAIN_REQUIRE(v == "onednn", "HPCTRAIN_GEMM_BACKEND='" + v +
+                                      "': unknown gemm backend (expected libxsmm, onednn or blas)");
+  HPCTRAIN_REQUIRE(onednn_available(), "HPCTRAIN_GEMM_BACKEND=onednn, but this build has no oneDNN "
+                                       "(configure with -DHPCTRAIN_ENABLE_ONEDNN=ON and oneDNN installed)");
+  return GemmBackend::onednn;
 }
 
 GemmBackend& selected_gemm_backend() {
@@ -56,10 +86,22 @@ std::string dims(std::int64_t r, std::int64_t c) {
   return "[" + std::to_string(r) + ", " + std::to_string(c) + "]";
 }
 
+/// Whether a float product goes to oneDNN: the onednn backend, or the libxsmm backend for what
+/// libxsmm does not take, in a build with oneDNN.
 template <class T>
 bool use_onednn(T alpha) {
   if constexpr (std::is_same_v<T, float>) {
-    return alpha == T(1) && selected_gemm_backend() == GemmBackend::onednn;
+    return alpha == T(1) && selected_gemm_backend() != GemmBackend::blas && onednn_available();
+  } else {
+    return false;
+  }
+}
+
+/// Whether a float product is offered to libxsmm first.
+template <class T>
+bool use_libxsmm(T alpha) {
+  if constexpr (std::is_same_v<T, float>) {
+    return alpha == T(1) && selected_gemm_backend() == GemmBackend::libxsmm;
   } else {
     return false;
   }
@@ -73,8 +115,8 @@ std::int64_t leading_dimension(const Matrix<T>& x) {
   return std::max<std::int64_t>(ld, 1);
 }
 
-#ifdef HPCTRAIN_HAVE_ONEDNN
-onednn::MatrixOperand operand(const Matrix<float>& x, bool trans) {
+#if defined(HPCTRAIN_HAVE_ONEDNN) || defined(HPCTRAIN_HAVE_LIBXSMM)
+detail::MatrixOperand operand(const Matrix<float>& x, bool trans) {
   return {x.data(), leading_dimension(x), trans};
 }
 #endif
@@ -99,8 +141,10 @@ void vendor_gemm(bool ta, bool tb, [[maybe_unused]] std::int64_t m, [[maybe_unus
 GemmBackend gemm_backend() { return selected_gemm_backend(); }
 
 void set_gemm_backend(GemmBackend backend) {
-  HPCTRAIN_REQUIRE(backend == GemmBackend::blas || onednn_available(),
+  HPCTRAIN_REQUIRE(backend != GemmBackend::onednn || onednn_available(),
                    "set_gemm_backend(onednn): this build has no oneDNN");
+  HPCTRAIN_REQUIRE(backend != GemmBackend::libxsmm || libxsmm_available(),
+                   "set_gemm_backend(libxsmm): this build has no libxsmm, or this CPU no AVX2");
   selected_gemm_backend() = backend;
 }
 
@@ -133,6 +177,17 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, const Matrix<T>& a, const Matri
     }
     return;
   }
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_libxsmm(alpha)) {
+      ExecSpace().fence();
+      if (libxsmm::gemm(a_rows, b_cols, a_cols, operand(a, ta), operand(b, tb), beta, c.data(),
+                        leading_dimension(c), nullptr)) {
+        return;
+      }
+    }
+  }
+#endif
 #ifdef HPCTRAIN_HAVE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
     if (use_onednn(alpha)) {
@@ -153,10 +208,23 @@ void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
                        static_cast<std::int64_t>(w.extent(0)),
                    "linear_forward: bias has " + std::to_string(bias.extent(0)) +
                        " elements for " + std::to_string(w.extent(0)) + " outputs");
+  const bool shapes_fit = x.extent(0) > 0 && x.extent(1) > 0 && w.extent(0) > 0 && y.extent(0) == x.extent(0) &&
+                          y.extent(1) == w.extent(0) && w.extent(1) == x.extent(1);
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_libxsmm(T(1)) && shapes_fit) {
+      ExecSpace().fence();
+      if (libxsmm::gemm(static_cast<std::int64_t>(x.extent(0)), static_cast<std::int64_t>(w.extent(0)),
+                        static_cast<std::int64_t>(x.extent(1)), operand(x, false), operand(w, true), 0.0F,
+                        y.data(), leading_dimension(y), bias.data())) {
+        return;
+      }
+    }
+  }
+#endif
 #ifdef HPCTRAIN_HAVE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
-    if (use_onednn(T(1)) && x.extent(0) > 0 && x.extent(1) > 0 && w.extent(0) > 0 &&
-        y.extent(0) == x.extent(0) && y.extent(1) == w.extent(0) && w.extent(1) == x.extent(1)) {
+    if (use_onednn(T(1)) && shapes_fit) {
       ExecSpace().fence();
       onednn::gemm(static_cast<std::int64_t>(x.extent(0)), static_cast<std::int64_t>(w.extent(0)),
                    static_cast<std::int64_t>(x.extent(1)), operand(x, false), operand(w, true),

@@ -5,15 +5,11 @@
 #include <array>
 #include <cstdint>
 
+#include "gemm_operand.hpp"
+
 namespace hpctrain::core::onednn {
 
-/// A row-major float matrix operand: `rows x cols` of op(X), stored with leading dimension `ld`
-/// (the row stride of X as stored), transposed when `trans`.
-struct MatrixOperand {
-  const float* data;
-  std::int64_t ld;
-  bool trans;
-};
+using detail::MatrixOperand;
 
 /// c[m x n] = op(a)[m x k] op(b)[k x n] (+ beta c when beta != 0) (+ bias[n] on every row when
 /// bias is not null; then beta must be 0). Row-major c with leading dimension ldc.

@@ -142,8 +142,8 @@ void check_attention_products(const AttentionCase& c, double tol) {
 class BatchedGemm : public ::testing::TestWithParam<AttentionCase> {
  protected:
   void SetUp() override {
-    if (GetParam().backend == GemmBackend::onednn && !onednn_available()) {
-      GTEST_SKIP() << "this build has no oneDNN";
+    if (!hpctrain::testing::gemm_backend_built(GetParam().backend)) {
+      GTEST_SKIP() << "this build has no " << gemm_backend_name(GetParam().backend);
     }
   }
 };
@@ -175,7 +175,7 @@ TEST_P(BatchedGemm, EachProductIsTheSameAtAnyBatchCount) {
 
 std::vector<AttentionCase> attention_cases() {
   std::vector<AttentionCase> cases;
-  for (const GemmBackend b : {GemmBackend::blas, GemmBackend::onednn}) {
+  for (const GemmBackend b : hpctrain::testing::all_gemm_backends()) {
     for (const auto& [n, h] : std::vector<std::pair<int, int>>{{1, 1}, {3, 1}, {1, 3}, {3, 2}}) {
       for (const int t : {1, 5, 17}) {
         for (const int dh : {1, 3, 16}) cases.push_back({b, n, h, t, dh});

@@ -5,8 +5,11 @@
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/gemm.hpp"
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ostream>
 #include <vector>
 
@@ -17,6 +20,8 @@
 namespace hpctrain::core {
 namespace {
 
+using hpctrain::testing::all_gemm_backends;
+using hpctrain::testing::gemm_backend_built;
 using hpctrain::testing::GemmBackendScope;
 using hpctrain::testing::random_values;
 
@@ -89,8 +94,8 @@ void PrintTo(const GemmCase& c, std::ostream* os) {
 class GemmShapes : public ::testing::TestWithParam<GemmCase> {
  protected:
   void SetUp() override {
-    if (GetParam().backend == GemmBackend::onednn && !onednn_available()) {
-      GTEST_SKIP() << "this build has no oneDNN";
+    if (!gemm_backend_built(GetParam().backend)) {
+      GTEST_SKIP() << "this build has no " << gemm_backend_name(GetParam().backend);
     }
   }
 };
@@ -112,9 +117,17 @@ TEST_P(GemmShapes, MatchesNaiveFloat64ForEveryTransposePair) {
 
 std::vector<GemmCase> gemm_cases() {
   std::vector<GemmCase> cases;
-  for (const GemmBackend b : {GemmBackend::blas, GemmBackend::onednn}) {
-    for (const auto& [m, n, k] : std::vector<std::tuple<int, int, int>>{
-             {1, 1, 1}, {7, 5, 3}, {3, 17, 31}, {64, 10, 33}, {13, 1, 64}, {1, 40, 7}, {33, 65, 17}}) {
+  for (const GemmBackend b : all_gemm_backends()) {
+    // {16, 300, 50} and {70, 40, 16}: wide enough for libxsmm's column split over two threads
+    for (const auto& [m, n, k] : std::vector<std::tuple<int, int, int>>{{1, 1, 1},
+                                                                        {7, 5, 3},
+                                                                        {3, 17, 31},
+                                                                        {64, 10, 33},
+                                                                        {13, 1, 64},
+                                                                        {1, 40, 7},
+                                                                        {33, 65, 17},
+                                                                        {16, 300, 50},
+                                                                        {300, 70, 16}}) {
       cases.push_back({b, m, n, k});
     }
   }
@@ -131,14 +144,14 @@ INSTANTIATE_TEST_SUITE_P(OddAndSquare, GemmShapes, ::testing::ValuesIn(gemm_case
 class LinearForward : public ::testing::TestWithParam<GemmBackend> {
  protected:
   void SetUp() override {
-    if (GetParam() == GemmBackend::onednn && !onednn_available()) GTEST_SKIP() << "no oneDNN";
+    if (!gemm_backend_built(GetParam())) GTEST_SKIP() << "no " << gemm_backend_name(GetParam());
   }
 };
 
 TEST_P(LinearForward, MatchesNaiveFloat64WithBias) {
   const GemmBackendScope scope(GetParam());
   for (const auto& [n, in, out] : std::vector<std::tuple<int, int, int>>{
-           {1, 1, 1}, {3, 17, 5}, {7, 784, 10}, {64, 33, 129}}) {
+           {1, 1, 1}, {3, 17, 5}, {7, 784, 10}, {64, 33, 129}, {16, 300, 257}, {300, 20, 7}}) {
     const auto hx = random_values<float>(static_cast<std::size_t>(n * in), 4);
     const auto hw = random_values<float>(static_cast<std::size_t>(out * in), 5);
     const auto hb = random_values<float>(static_cast<std::size_t>(out), 6);
@@ -164,7 +177,7 @@ TEST_P(LinearForward, MatchesNaiveFloat64WithBias) {
                Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, LinearForward, ::testing::Values(GemmBackend::blas, GemmBackend::onednn),
+INSTANTIATE_TEST_SUITE_P(Backends, LinearForward, ::testing::ValuesIn(all_gemm_backends()),
                          [](const ::testing::TestParamInfo<GemmBackend>& info) {
                            return std::string(gemm_backend_name(info.param));
                          });
@@ -172,10 +185,68 @@ INSTANTIATE_TEST_SUITE_P(Backends, LinearForward, ::testing::Values(GemmBackend:
 TEST(GemmBackendChoice, EnvironmentAndBuildDecideTheDefault) {
   // gemm_backend() reads HPCTRAIN_GEMM_BACKEND once; here it is unset (ctest sets nothing).
   if (std::getenv("HPCTRAIN_GEMM_BACKEND") == nullptr) {  // NOLINT
-    EXPECT_EQ(gemm_backend(), onednn_available() ? GemmBackend::onednn : GemmBackend::blas);
+    EXPECT_EQ(gemm_backend(), libxsmm_available()  ? GemmBackend::libxsmm
+                              : onednn_available() ? GemmBackend::onednn
+                                                   : GemmBackend::blas);
   }
   if (!onednn_available()) {
     EXPECT_THROW(set_gemm_backend(GemmBackend::onednn), Error);
+  }
+  if (!libxsmm_available()) {
+    EXPECT_THROW(set_gemm_backend(GemmBackend::libxsmm), Error);
+  }
+}
+
+/// The OpenMP runtime's omp_set_num_threads, where the process has one (oneDNN's, or core's).
+using SetThreads = void (*)(int);
+SetThreads omp_set_threads() { return reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")); }
+
+// libxsmm splits c's columns over the rank's threads; no element's sum is split, so the bits do
+// not depend on the thread count (deterministic mode and `predict` rely on it). The dense
+// layers' three products at a 16-row micro-shard of the MLP and at 128 rows, 1 thread vs 2.
+TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
+  if (!libxsmm_available()) GTEST_SKIP() << "no libxsmm";
+  const SetThreads set_threads = omp_set_threads();
+  if (set_threads == nullptr) GTEST_SKIP() << "no OpenMP runtime in this process";
+  const GemmBackendScope scope(GemmBackend::libxsmm);
+  for (const int rows : {16, 128}) {
+    const auto hx = random_values<float>(static_cast<std::size_t>(rows * 784), 7);
+    const auto hw = random_values<float>(static_cast<std::size_t>(512 * 784), 8);
+    const auto hb = random_values<float>(512, 9);
+    const auto hdy = random_values<float>(static_cast<std::size_t>(rows * 512), 10);
+    const auto x = tensor_from_host<float>("x", {rows, 784}, hx);
+    const auto w = tensor_from_host<float>("w", {512, 784}, hw);
+    const auto b = tensor_from_host<float>("b", {512}, hb);
+    const auto dy = tensor_from_host<float>("dy", {rows, 512}, hdy);
+    std::vector<std::vector<float>> runs;
+    for (const int threads : {1, 2}) {
+      set_threads(threads);
+      auto y = make_tensor<float>("y", {rows, 512});
+      auto dx = make_tensor<float>("dx", {rows, 784});
+      const auto dw = tensor_from_host<float>("dw", {512, 784}, hw);  // beta = 1 accumulates onto w's values
+      linear_forward(as_matrix(x.data, rows, 784), as_matrix(w.data, 512, 784), b.data, as_matrix(y.data, rows, 512));
+      gemm(Trans::no, Trans::no, 1.F, as_matrix(dy.data, rows, 512), as_matrix(w.data, 512, 784), 0.F,
+           as_matrix(dx.data, rows, 784));
+      gemm(Trans::yes, Trans::no, 1.F, as_matrix(dy.data, rows, 512), as_matrix(x.data, rows, 784), 1.F,
+           as_matrix(dw.data, 512, 784));
+      std::vector<float> all = to_host(y.data);
+      for (const auto& part : {to_host(dx.data), to_host(dw.data)}) all.insert(all.end(), part.begin(), part.end());
+      runs.push_back(std::move(all));
+    }
+    set_threads(1);
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    std::size_t first_diff = runs[0].size();
+    for (std::size_t i = 0; i < runs[0].size(); ++i) {
+      if (std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0) {
+        first_diff = i;
+        break;
+      }
+    }
+    EXPECT_EQ(first_diff, runs[0].size()) << "rows " << rows << ": first differing element (y, then dx, then dw)";
+    // and the products are the products (not, say, zeros at both thread counts)
+    double want = hb[3];
+    for (int p = 0; p < 784; ++p) want += static_cast<double>(hx[static_cast<std::size_t>(p)]) * hw[3 * 784 + p];
+    EXPECT_NEAR(runs[0][3], want, 1e-4 * (1.0 + std::fabs(want)));
   }
 }
 

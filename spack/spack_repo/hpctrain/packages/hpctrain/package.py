@@ -70,6 +70,12 @@ class Hpctrain(CMakePackage, CudaPackage):
         "onednn", default=True, description="Convolutions through oneDNN on CPU (oneDNN >= 2.6)"
     )
     variant(
+        "libxsmm",
+        default=True,
+        description="Small float gemms (dense layers) through libxsmm's JIT kernels on CPU "
+        "(libxsmm >= 1.17)",
+    )
+    variant(
         "benchmarks",
         default=True,
         description="Build the Google Benchmark binaries used for scaling studies",
@@ -119,6 +125,8 @@ class Hpctrain(CMakePackage, CudaPackage):
     depends_on("ucx@1.12:", when="+ucx")
     depends_on("nccl@2.10:", when="+nccl")  # found by its path (NCCL_ROOT), not find_package
     depends_on("onednn@2.6:", when="+onednn")
+    # found through pkg-config (libxsmm.pc); host memory only, so CUDA builds leave it out
+    depends_on("libxsmm@1.17:", when="+libxsmm ~cuda")
     depends_on("benchmark", when="+benchmarks")
     # Only concretized and built with `spack install --test=...`; see docs/spack.md for the
     # known limitation of test dependencies inside environments.
@@ -181,6 +189,7 @@ class Hpctrain(CMakePackage, CudaPackage):
             self.define_from_variant("HPCTRAIN_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("HPCTRAIN_ENABLE_UCX", "ucx"),
             self.define_from_variant("HPCTRAIN_ENABLE_ONEDNN", "onednn"),
+            self.define_from_variant("HPCTRAIN_ENABLE_LIBXSMM", "libxsmm"),
             self.define_from_variant("HPCTRAIN_ENABLE_CUDA", "cuda"),
             self.define_from_variant("HPCTRAIN_ENABLE_CUDA_COLLECTIVES", "cuda_collectives"),
             self.define_from_variant("HPCTRAIN_ENABLE_NCCL", "nccl"),

@@ -1,0 +1,174 @@
+// Small float matrix products through libxsmm's JIT kernels (CPU), behind core::gemm.
+//
+// Why: deterministic training runs every layer on micro-shards of 16 rows. At those shapes
+// oneDNN 2.6's brgemm matmul ran the MLP's products at 84-96 GFLOP/s on one Zen 4 core against
+// 106-111 at 64 rows, and libxsmm 1.17's kernels at 102-116 at both (a throw-away program, hot
+// caches, one thread, both libraries in the same run; docs/compute-core.md). The 16-row passes
+// were the floor of deterministic mode's cost (docs/deterministic.md).
+//
+// How: libxsmm's kernels are column-major C = A op(B) (op(B) = B or B^T; 1.17 has no transposed
+// A). A row-major matrix is the column-major transpose of itself, so:
+//  - c = a b and c = a^T b (a dense layer's backward: dx = dy w, dw = dy^T x) are column-major
+//    c^T = b^T op(a)^T: b as it is stored, a as the kernel's B (transposed for a^T). Nothing is
+//    copied.
+//  - c = a b^T (the dense forward y = x w^T) would need a transposed A. Instead a (the batch's
+//    rows: small) is transposed into a scratch matrix, the kernel computes column-major
+//    t[m x n] = a w^T with w read as stored, and t is transposed into c with the bias added.
+//    The two transposes touch m x (k + n) floats against the product's 2 m n k flops.
+// Kernels are generated on first use and cached by libxsmm for the process (its registry is
+// thread-safe). Scratch matrices are per thread and only grow: no allocation in a steady step.
+//
+// Threads: c's columns are cut into blocks of about 128 (a multiple of 16) by the column count
+// alone, one kernel call each; with OpenMP (HPCTRAIN_HAVE_OPENMP) a product of at least
+// kParallelFlops shares the blocks out over the rank's OpenMP team (the thread count the
+// Environment set). No element's sum over k is split and the cut does not depend on the thread
+// count, so neither do the bits (tests/core/test_tensor_gemm.cpp checks 1 against 2 threads).
+//
+// Range: libxsmm's kernels do not block for caches, so large products go to oneDNN: at most
+// kMaxRows rows of the batch (m for a b and a b^T, k for a^T b) and kMaxInner for the other
+// dimensions.
+
+#include "gemm_libxsmm.hpp"
+
+#include <libxsmm.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#ifdef HPCTRAIN_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+namespace hpctrain::core::libxsmm {
+
+namespace {
+
+constexpr std::int64_t kMaxRows = 256;
+constexpr std::int64_t kMaxInner = 8192;
+constexpr double kParallelFlops = 4.0e6;
+constexpr std::int64_t kBlock = 128;  // c's column blocks: about this wide,
+constexpr std::int64_t kVector = 16;  // and a multiple of this
+
+libxsmm_smmfunction kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
+                           std::int64_t ldb, std::int64_t ldc, float beta, bool trans_b) {
+  const float alpha = 1.0F;
+  const auto lm = static_cast<libxsmm_blasint>(m);
+  const auto ln = static_cast<libxsmm_blasint>(n);
+  const auto lk = static_cast<libxsmm_blasint>(k);
+  const auto la = static_cast<libxsmm_blasint>(lda);
+  const auto lb = static_cast<libxsmm_blasint>(ldb);
+  const auto lc = static_cast<libxsmm_blasint>(ldc);
+  const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
+  const int prefetch = LIBXSMM_PREFETCH_NONE;
+  return libxsmm_smmdispatch(lm, ln, lk, &la, &lb, &lc, &alpha, &beta, &flags, &prefetch);
+}
+
+/// c's columns cut into blocks of about kBlock (a multiple of kVector wide, the last one
+/// possibly narrower). The cut depends on the column count only, never on the thread count: a
+/// kernel's bits for an element depend on the width of the block it computes (libxsmm's code
+/// for a 784-column block and for a 400-column one sums some columns differently), so the
+/// threads share out whole blocks.
+struct Blocks {
+  std::int64_t count, width, last;
+  int threads;
+};
+
+Blocks column_blocks(std::int64_t columns, double flops) {
+  Blocks b{};
+  b.count = (columns + kBlock - 1) / kBlock;
+  b.width = ((columns + b.count - 1) / b.count + kVector - 1) / kVector * kVector;
+  b.count = (columns + b.width - 1) / b.width;
+  b.last = columns - (b.count - 1) * b.width;
+  b.threads = 1;
+#ifdef HPCTRAIN_HAVE_OPENMP
+  if (flops >= kParallelFlops && omp_in_parallel() == 0) {
+    b.threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), b.count));
+  }
+#endif
+  return b;
+}
+
+/// body(first, count) for every block of columns [first, first + count), on b.threads threads.
+template <class Body>
+void for_column_blocks(const Blocks& b, const Body& body) {
+#ifdef HPCTRAIN_HAVE_OPENMP
+#pragma omp parallel for num_threads(b.threads) schedule(static) if (b.threads > 1)
+#endif
+  for (std::int64_t i = 0; i < b.count; ++i) body(i * b.width, i + 1 == b.count ? b.last : b.width);
+}
+
+/// Clears the upper halves of the vector registers after a kernel: libxsmm's AVX-512 code returns
+/// without vzeroupper, and the SSE code compiled for baseline x86-64 that runs next (the
+/// optimiser step, the activations) then ran 3-4x slower (measured: SGD 7 % -> 25 % of a step).
+/// Only called where available() (AVX2 or newer) holds.
+__attribute__((target("avx"))) void zero_upper() { _mm256_zeroupper(); }
+
+std::vector<float>& scratch(int which) {
+  thread_local std::vector<float> buffers[2];
+  return buffers[which];
+}
+
+}  // namespace
+
+bool available() {
+  static const bool ok = libxsmm_get_target_archid() >= LIBXSMM_X86_AVX2;
+  return ok;
+}
+
+bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, MatrixOperand b,
+          float beta, float* c, std::int64_t ldc, const float* bias) {
+  if (!available() || (beta != 0.0F && beta != 1.0F) || (bias != nullptr && beta != 0.0F)) return false;
+  if (b.trans && a.trans) return false;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const Blocks s = column_blocks(n, flops);
+  const std::int64_t last = s.last;
+
+  if (!b.trans) {
+    // column-major c^T[n x m] = b^T[n x k] op(a)^T[k x m]
+    if (bias != nullptr || (a.trans ? k : m) > kMaxRows || std::max({m, n, k}) > kMaxInner) return false;
+    libxsmm_smmfunction full = kernel(s.width, m, k, b.ld, a.ld, ldc, beta, a.trans);
+    libxsmm_smmfunction tail = last == s.width ? full : kernel(last, m, k, b.ld, a.ld, ldc, beta, a.trans);
+    if (full == nullptr || tail == nullptr) return false;
+    for_column_blocks(s, [&](std::int64_t first, std::int64_t count) {
+      (count == s.width ? full : tail)(b.data + first, a.data, c + first);
+      zero_upper();
+    });
+    return true;
+  }
+
+  // c = a b^T: column-major t[m x n] = at[m x k] (b as stored: column-major [k x n])
+  if (m > kMaxRows || std::max(n, k) > kMaxInner) return false;
+  libxsmm_smmfunction full = kernel(m, s.width, k, m, b.ld, m, 0.0F, false);
+  libxsmm_smmfunction tail = last == s.width ? full : kernel(m, last, k, m, b.ld, m, 0.0F, false);
+  if (full == nullptr || tail == nullptr) return false;
+  std::vector<float>& at = scratch(0);
+  std::vector<float>& t = scratch(1);
+  at.resize(static_cast<std::size_t>(m * k));
+  t.resize(static_cast<std::size_t>(m * n));
+  // a row-major [m x k] is column-major [k x m] with leading dimension a.ld; out: [m x k], ld m
+  libxsmm_otrans(at.data(), a.data, sizeof(float), static_cast<libxsmm_blasint>(k),
+                 static_cast<libxsmm_blasint>(m), static_cast<libxsmm_blasint>(a.ld),
+                 static_cast<libxsmm_blasint>(m));
+  const float* at_data = at.data();
+  float* t_data = t.data();
+  for_column_blocks(s, [&](std::int64_t first, std::int64_t count) {
+    (count == s.width ? full : tail)(at_data, b.data + first * b.ld, t_data + first * m);
+    zero_upper();
+    for (std::int64_t i = 0; i < m; ++i) {
+      float* row = c + i * ldc;
+      const float* column = t_data + i;
+      if (bias != nullptr) {
+        for (std::int64_t j = first; j < first + count; ++j) row[j] = column[j * m] + bias[j];
+      } else if (beta != 0.0F) {
+        for (std::int64_t j = first; j < first + count; ++j) row[j] += column[j * m];
+      } else {
+        for (std::int64_t j = first; j < first + count; ++j) row[j] = column[j * m];
+      }
+    }
+  });
+  return true;
+}
+
+}  // namespace hpctrain::core::libxsmm
