@@ -6,12 +6,14 @@
 // Three groups, each timed by wall clock (OpenMP/CUDA work is not on the main thread's CPU
 // clock), every timed region ending with a fence:
 //
-//  gemm/<model>.<layer>.<pass>/MxNxK   hpctrain::core::gemm (oneDNN's matmul by default;
-//      HPCTRAIN_GEMM_BACKEND=blas: KokkosBlas::gemm -> OpenBLAS or cuBLAS) at the shapes the
-//      MLP and CNN train with at batch 128, and OpenBLAS's
-//      cblas_sgemm called directly on host copies of the same matrices, alternating within
-//      each iteration so both see the same machine. Counters: GFLOPs (ours, 2 M N K per call),
-//      cblas_GFLOPs, vs_cblas = GFLOPs / cblas_GFLOPs. The benchmark's time is ours.
+//  gemm/<model>.<layer>.<pass>/MxNxK   hpctrain::core::gemm (libxsmm's kernels by default, the
+//      rest oneDNN's matmul; HPCTRAIN_GEMM_BACKEND=onednn|blas: oneDNN only, or KokkosBlas::gemm ->
+//      OpenBLAS or cuBLAS) at the shapes the MLP and CNN train with at batch 128 (mlp16.*: the
+//      MLP at deterministic mode's 16-row micro-shards), and OpenBLAS's cblas_sgemm called
+//      directly on host copies of the same matrices, alternating within each iteration so both
+//      see the same machine. Counters: GFLOPs (ours, 2 M N K per call), cblas_GFLOPs, vs_cblas =
+//      GFLOPs / cblas_GFLOPs; on the libxsmm backend also onednn_GFLOPs and vs_onednn (oneDNN's
+//      matmul on the same matrices in the same iteration). The benchmark's time is ours.
 //  bound/cblas_sgemm_1thread/1024      OpenBLAS sgemm 1024^3 on one thread: the per-core peak
 //      the other figures can be read against (OpenBLAS's own thread count is restored after).
 //  conv/<layer>/<fwd|fwd+bwd|fwd+bwd-no-dx>/<backend>  the CNN's two convolutions at batch 64
@@ -114,7 +116,7 @@ struct GemmShape {
 // dW += dyt col^T: (N, T) M=F N=CKK K=NP; dcol = W^T dyt: (T, N) M=CKK N=NP K=F.
 // The first layer of each model computes no input gradient in training, so none is listed.
 std::vector<GemmShape> training_gemm_shapes() {
-  const std::int64_t b = 128;
+  std::int64_t b = 128;
   std::vector<GemmShape> s;
   auto dense = [&](const std::string& name, std::int64_t in, std::int64_t out, bool first) {
     s.push_back({name + ".fwd", Trans::no, Trans::yes, b, out, in, 0.0F});
@@ -135,6 +137,11 @@ std::vector<GemmShape> training_gemm_shapes() {
   conv("cnn.conv2", 32, 14, 64, 5, false);
   dense("cnn.fc1", 64 * 7 * 7, 256, false);
   dense("cnn.fc2", 256, 10, false);
+  // the MLP at deterministic mode's default micro-shard of 16 rows
+  b = 16;
+  dense("mlp16.fc1", 784, 512, true);
+  dense("mlp16.fc2", 512, 256, false);
+  dense("mlp16.fc3", 256, 10, false);
   s.push_back({"square", Trans::no, Trans::no, 1024, 1024, 1024, 0.0F});
   return s;
 }
@@ -161,7 +168,10 @@ void bench_gemm(benchmark::State& state, const GemmShape& g) {
     cblas_sgemm(CblasRowMajor, cblas_trans(g.ta), cblas_trans(g.tb), g.m, g.n, g.k, 1.0F,
                 ha.data(), a_cols, hb.data(), b_cols, g.beta, hc.data(), g.n);
     fence();
-    double ours_s = 0, cblas_s = 0;
+    // With libxsmm the default, oneDNN's matmul on the same matrices in the same iteration too.
+    const core::GemmBackend ours_backend = core::gemm_backend();
+    const bool vs_onednn = ours_backend == core::GemmBackend::libxsmm && core::onednn_available();
+    double ours_s = 0, cblas_s = 0, onednn_s = 0;
     for (auto _ : state) {
       auto t0 = Clock::now();
       core::gemm(g.ta, g.tb, 1.0F, am, bm, g.beta, cm);
@@ -171,6 +181,14 @@ void bench_gemm(benchmark::State& state, const GemmShape& g) {
       cblas_sgemm(CblasRowMajor, cblas_trans(g.ta), cblas_trans(g.tb), g.m, g.n, g.k, 1.0F,
                   ha.data(), a_cols, hb.data(), b_cols, g.beta, hc.data(), g.n);
       cblas_s += seconds_since(t0);
+      if (vs_onednn) {
+        core::set_gemm_backend(core::GemmBackend::onednn);
+        t0 = Clock::now();
+        core::gemm(g.ta, g.tb, 1.0F, am, bm, g.beta, cm);
+        fence();
+        onednn_s += seconds_since(t0);
+        core::set_gemm_backend(ours_backend);
+      }
       ours_s += ours;
       state.SetIterationTime(ours);
     }
@@ -180,6 +198,10 @@ void bench_gemm(benchmark::State& state, const GemmShape& g) {
     state.counters["GFLOPs"] = flops / ours_s * 1e-9;
     state.counters["cblas_GFLOPs"] = flops / cblas_s * 1e-9;
     state.counters["vs_cblas"] = cblas_s / ours_s;
+    if (vs_onednn) {
+      state.counters["onednn_GFLOPs"] = flops / onednn_s * 1e-9;
+      state.counters["vs_onednn"] = onednn_s / ours_s;
+    }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }

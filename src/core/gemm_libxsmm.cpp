@@ -18,15 +18,15 @@
 // Kernels are generated on first use and cached by libxsmm for the process (its registry is
 // thread-safe). Scratch matrices are per thread and only grow: no allocation in a steady step.
 //
-// Threads: c's columns are cut into blocks of about 128 (a multiple of 16) by the column count
-// alone, one kernel call each; with OpenMP (HPCTRAIN_HAVE_OPENMP) a product of at least
+// Threads: c's columns are cut into blocks of about 128 (whole 16-column vectors, an even count)
+// by the column count alone, one kernel call each; with OpenMP (HPCTRAIN_HAVE_OPENMP) a product of at least
 // kParallelFlops shares the blocks out over the rank's OpenMP team (the thread count the
 // Environment set). No element's sum over k is split and the cut does not depend on the thread
 // count, so neither do the bits (tests/core/test_tensor_gemm.cpp checks 1 against 2 threads).
 //
 // Range: libxsmm's kernels do not block for caches, so large products go to oneDNN: at most
 // kMaxRows rows of the batch (m for a b and a b^T, k for a^T b) and kMaxInner for the other
-// dimensions.
+// dimensions; and a b^T where b's row stride is a multiple of 1 KiB (see gemm()).
 
 #include "gemm_libxsmm.hpp"
 
@@ -35,6 +35,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <vector>
 
 #ifdef HPCTRAIN_HAVE_OPENMP
@@ -48,8 +50,10 @@ namespace {
 constexpr std::int64_t kMaxRows = 256;
 constexpr std::int64_t kMaxInner = 8192;
 constexpr double kParallelFlops = 4.0e6;
-constexpr std::int64_t kBlock = 128;  // c's column blocks: about this wide,
-constexpr std::int64_t kVector = 16;  // and a multiple of this
+constexpr std::int64_t kBlock = 128;      // c's column blocks: about this wide,
+constexpr std::int64_t kVector = 16;      // whole vectors of this many floats,
+constexpr std::int64_t kMaxBlocks = 128;  // and at most this many
+constexpr std::int64_t kAliasingStride = 256;  // floats: 1 KiB
 
 libxsmm_smmfunction kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
                            std::int64_t ldb, std::int64_t ldc, float beta, bool trans_b) {
@@ -65,23 +69,27 @@ libxsmm_smmfunction kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::
   return libxsmm_smmdispatch(lm, ln, lk, &la, &lb, &lc, &alpha, &beta, &flags, &prefetch);
 }
 
-/// c's columns cut into blocks of about kBlock (a multiple of kVector wide, the last one
-/// possibly narrower). The cut depends on the column count only, never on the thread count: a
-/// kernel's bits for an element depend on the width of the block it computes (libxsmm's code
-/// for a 784-column block and for a 400-column one sums some columns differently), so the
-/// threads share out whole blocks.
+/// c's columns cut into blocks of whole 16-column vectors, about kBlock wide, an even count of
+/// them where there are two or more (two threads get equal shares), the last block ending at the
+/// last column. The cut depends on the column count only, never on the thread count: a kernel's
+/// bits for an element depend on the width of the block it computes (libxsmm's code for a
+/// 784-column block and for a 400-column one sums some columns differently), so the threads
+/// share out whole blocks.
 struct Blocks {
-  std::int64_t count, width, last;
+  std::int64_t columns, count, base, extra;
   int threads;
+  /// Block i: its first column and width.
+  std::pair<std::int64_t, std::int64_t> operator[](std::int64_t i) const {
+    const std::int64_t first = (i * base + std::min(i, extra)) * kVector;
+    return {first, std::min((base + (i < extra ? 1 : 0)) * kVector, columns - first)};
+  }
 };
 
 Blocks column_blocks(std::int64_t columns, double flops) {
-  Blocks b{};
-  b.count = (columns + kBlock - 1) / kBlock;
-  b.width = ((columns + b.count - 1) / b.count + kVector - 1) / kVector * kVector;
-  b.count = (columns + b.width - 1) / b.width;
-  b.last = columns - (b.count - 1) * b.width;
-  b.threads = 1;
+  const std::int64_t vectors = (columns + kVector - 1) / kVector;
+  std::int64_t count = (vectors * kVector + kBlock - 1) / kBlock;
+  if (count > 1 && count % 2 == 1 && count < vectors) ++count;
+  Blocks b{columns, count, vectors / count, vectors % count, 1};
 #ifdef HPCTRAIN_HAVE_OPENMP
   if (flops >= kParallelFlops && omp_in_parallel() == 0) {
     b.threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), b.count));
@@ -90,13 +98,24 @@ Blocks column_blocks(std::int64_t columns, double flops) {
   return b;
 }
 
-/// body(first, count) for every block of columns [first, first + count), on b.threads threads.
+/// The kernels of every block, kernels[i] = make(width of block i); false where one is missing.
+template <class Make>
+bool block_kernels(const Blocks& b, std::array<libxsmm_smmfunction, kMaxBlocks>& kernels, const Make& make) {
+  if (b.count > kMaxBlocks) return false;
+  for (std::int64_t i = 0; i < b.count; ++i) {
+    kernels[static_cast<std::size_t>(i)] = make(b[i].second);
+    if (kernels[static_cast<std::size_t>(i)] == nullptr) return false;
+  }
+  return true;
+}
+
+/// body(i, first, width) for every block, on b.threads threads.
 template <class Body>
 void for_column_blocks(const Blocks& b, const Body& body) {
 #ifdef HPCTRAIN_HAVE_OPENMP
 #pragma omp parallel for num_threads(b.threads) schedule(static) if (b.threads > 1)
 #endif
-  for (std::int64_t i = 0; i < b.count; ++i) body(i * b.width, i + 1 == b.count ? b.last : b.width);
+  for (std::int64_t i = 0; i < b.count; ++i) body(static_cast<std::size_t>(i), b[i].first, b[i].second);
 }
 
 /// Clears the upper halves of the vector registers after a kernel: libxsmm's AVX-512 code returns
@@ -123,26 +142,31 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
   if (b.trans && a.trans) return false;
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const Blocks s = column_blocks(n, flops);
-  const std::int64_t last = s.last;
+  std::array<libxsmm_smmfunction, kMaxBlocks> kernels{};
 
   if (!b.trans) {
     // column-major c^T[n x m] = b^T[n x k] op(a)^T[k x m]
     if (bias != nullptr || (a.trans ? k : m) > kMaxRows || std::max({m, n, k}) > kMaxInner) return false;
-    libxsmm_smmfunction full = kernel(s.width, m, k, b.ld, a.ld, ldc, beta, a.trans);
-    libxsmm_smmfunction tail = last == s.width ? full : kernel(last, m, k, b.ld, a.ld, ldc, beta, a.trans);
-    if (full == nullptr || tail == nullptr) return false;
-    for_column_blocks(s, [&](std::int64_t first, std::int64_t count) {
-      (count == s.width ? full : tail)(b.data + first, a.data, c + first);
+    if (!block_kernels(s, kernels, [&](std::int64_t width) {
+          return kernel(width, m, k, b.ld, a.ld, ldc, beta, a.trans);
+        })) {
+      return false;
+    }
+    for_column_blocks(s, [&](std::size_t i, std::int64_t first, std::int64_t) {
+      kernels[i](b.data + first, a.data, c + first);
       zero_upper();
     });
     return true;
   }
 
-  // c = a b^T: column-major t[m x n] = at[m x k] (b as stored: column-major [k x n])
-  if (m > kMaxRows || std::max(n, k) > kMaxInner) return false;
-  libxsmm_smmfunction full = kernel(m, s.width, k, m, b.ld, m, 0.0F, false);
-  libxsmm_smmfunction tail = last == s.width ? full : kernel(m, last, k, m, b.ld, m, 0.0F, false);
-  if (full == nullptr || tail == nullptr) return false;
+  // c = a b^T: column-major t[m x n] = at[m x k] (b as stored: column-major [k x n]). The kernel
+  // reads a register block of b's rows at once; where their stride is a multiple of 1 KiB they
+  // fall into a few L1 sets and evict each other (the MLP's 256 x 512 weight: 66 GFLOP/s at 16
+  // rows against oneDNN's 81, which packs b), so those go to oneDNN.
+  if (m > kMaxRows || std::max(n, k) > kMaxInner || b.ld % kAliasingStride == 0) return false;
+  if (!block_kernels(s, kernels, [&](std::int64_t width) { return kernel(m, width, k, m, b.ld, m, 0.0F, false); })) {
+    return false;
+  }
   std::vector<float>& at = scratch(0);
   std::vector<float>& t = scratch(1);
   at.resize(static_cast<std::size_t>(m * k));
@@ -153,8 +177,8 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
                  static_cast<libxsmm_blasint>(m));
   const float* at_data = at.data();
   float* t_data = t.data();
-  for_column_blocks(s, [&](std::int64_t first, std::int64_t count) {
-    (count == s.width ? full : tail)(at_data, b.data + first * b.ld, t_data + first * m);
+  for_column_blocks(s, [&](std::size_t block, std::int64_t first, std::int64_t count) {
+    kernels[block](at_data, b.data + first * b.ld, t_data + first * m);
     zero_upper();
     for (std::int64_t i = 0; i < m; ++i) {
       float* row = c + i * ldc;
