@@ -199,7 +199,9 @@ TEST(GemmBackendChoice, EnvironmentAndBuildDecideTheDefault) {
 
 /// The OpenMP runtime's omp_set_num_threads, where the process has one (oneDNN's, or core's).
 using SetThreads = void (*)(int);
+using GetThreads = int (*)();
 SetThreads omp_set_threads() { return reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")); }
+GetThreads omp_get_threads() { return reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "omp_get_max_threads")); }
 
 // libxsmm splits c's columns over the rank's threads; no element's sum is split, so the bits do
 // not depend on the thread count (deterministic mode and `predict` rely on it). The dense
@@ -207,7 +209,9 @@ SetThreads omp_set_threads() { return reinterpret_cast<SetThreads>(dlsym(RTLD_DE
 TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
   if (!libxsmm_available()) GTEST_SKIP() << "no libxsmm";
   const SetThreads set_threads = omp_set_threads();
-  if (set_threads == nullptr) GTEST_SKIP() << "no OpenMP runtime in this process";
+  const GetThreads get_threads = omp_get_threads();
+  if (set_threads == nullptr || get_threads == nullptr) GTEST_SKIP() << "no OpenMP runtime in this process";
+  const int threads_before = get_threads();
   const GemmBackendScope scope(GemmBackend::libxsmm);
   for (const int rows : {16, 128}) {
     const auto hx = random_values<float>(static_cast<std::size_t>(rows * 784), 7);
@@ -233,7 +237,7 @@ TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
       for (const auto& part : {to_host(dx.data), to_host(dw.data)}) all.insert(all.end(), part.begin(), part.end());
       runs.push_back(std::move(all));
     }
-    set_threads(1);
+    set_threads(threads_before);
     ASSERT_EQ(runs[0].size(), runs[1].size());
     std::size_t first_diff = runs[0].size();
     for (std::size_t i = 0; i < runs[0].size(); ++i) {
