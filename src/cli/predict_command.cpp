@@ -15,7 +15,7 @@ namespace {
 
 void add_threads_option(CLI::App& cmd, InferenceArgs& a, const std::string& more) {
   cmd.add_option("--threads-per-rank", a.threads_per_rank,
-                 "Compute threads (OpenBLAS, oneDNN) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, the "
+                 "Compute threads (OpenBLAS, oneDNN, libxsmm) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, the "
                  "launcher's binding, or cores / ranks on the node" + more)
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();

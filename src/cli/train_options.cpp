@@ -206,12 +206,12 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--micro-shard", o.micro_shard,
                    "--deterministic: samples per micro-shard (the unit of work a rank computes on its own). "
                    "The bytes depend on it, never on the rank count; ranks beyond global batch / micro-shard "
-                   "idle. Larger is faster (MLP at P = 2: 16 costs about 30 %, 32 about 15 %, 64 nothing "
-                   "measurable): global batch / the most ranks the run will use is the fastest that keeps every "
+                   "idle. Larger is faster (MLP at P = 2: 16 costs 20-30 %, 32 10-15 %, 64 about 5 %): "
+                   "global batch / the most ranks the run will use is the fastest that keeps every "
                    "rank busy (docs/deterministic.md)")
       ->capture_default_str();
   train.add_option("--threads-per-rank", a.threads_per_rank,
-                   "Compute threads (OpenBLAS, oneDNN) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, "
+                   "Compute threads (OpenBLAS, oneDNN, libxsmm) per rank; 0: HPCTRAIN_THREADS_PER_RANK, OMP_NUM_THREADS, "
                    "the cores the launcher bound the rank to, or cores / ranks on the node (docs/compute-core.md)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
