@@ -72,9 +72,8 @@ GemmBackend gemm_backend_from_environment() {
   }
   HPCTRAIN_REQUIRE(v == "onednn", "HPCTRAIN_GEMM_BACKEND='" + v +
                                       "': unknown gemm backend (expected libxsmm, onednn or blas)");
-  HPCTRAIN_REQUIRE(onednn_available(), "HPCTRAIN_GEMM_BACKEND=onednn, but this build has no oneDNN "
-                                       "(configure with -DHPCTRAIN_ENABLE_ONEDNN=ON and oneDNN installed)");
-  return GemmBackend::onednn;
+  // onednn: the convolutions' parser checks the build and says what to do (true here, or throws)
+  return onednn_from_environment("HPCTRAIN_GEMM_BACKEND", "blas", "gemm") ? GemmBackend::onednn : GemmBackend::blas;
 }
 
 GemmBackend& selected_gemm_backend() {

@@ -99,12 +99,20 @@ Blocks column_blocks(std::int64_t columns, double flops) {
 }
 
 /// The kernels of every block, kernels[i] = make(width of block i); false where one is missing.
+/// The blocks have at most three widths (base, base + 1 vectors, a shorter last one), and
+/// neighbours mostly share one: libxsmm's registry is asked once per run of equal widths.
 template <class Make>
 bool block_kernels(const Blocks& b, std::array<libxsmm_smmfunction, kMaxBlocks>& kernels, const Make& make) {
   if (b.count > kMaxBlocks) return false;
+  std::int64_t width = -1;
+  libxsmm_smmfunction k = nullptr;
   for (std::int64_t i = 0; i < b.count; ++i) {
-    kernels[static_cast<std::size_t>(i)] = make(b[i].second);
-    if (kernels[static_cast<std::size_t>(i)] == nullptr) return false;
+    if (b[i].second != width) {
+      width = b[i].second;
+      k = make(width);
+      if (k == nullptr) return false;
+    }
+    kernels[static_cast<std::size_t>(i)] = k;
   }
   return true;
 }

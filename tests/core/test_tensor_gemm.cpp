@@ -3,10 +3,10 @@
 #include "gradient_check.hpp"
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/gemm.hpp"
 
-#include <dlfcn.h>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -197,21 +197,12 @@ TEST(GemmBackendChoice, EnvironmentAndBuildDecideTheDefault) {
   }
 }
 
-/// The OpenMP runtime's omp_set_num_threads, where the process has one (oneDNN's, or core's).
-using SetThreads = void (*)(int);
-using GetThreads = int (*)();
-SetThreads omp_set_threads() { return reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")); }
-GetThreads omp_get_threads() { return reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "omp_get_max_threads")); }
-
 // libxsmm splits c's columns over the rank's threads; no element's sum is split, so the bits do
 // not depend on the thread count (deterministic mode and `predict` rely on it). The dense
 // layers' three products at a 16-row micro-shard of the MLP and at 128 rows, 1 thread vs 2.
 TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
   if (!libxsmm_available()) GTEST_SKIP() << "no libxsmm";
-  const SetThreads set_threads = omp_set_threads();
-  const GetThreads get_threads = omp_get_threads();
-  if (set_threads == nullptr || get_threads == nullptr) GTEST_SKIP() << "no OpenMP runtime in this process";
-  const int threads_before = get_threads();
+  const int threads_before = std::max(1, blas_threads());
   const GemmBackendScope scope(GemmBackend::libxsmm);
   for (const int rows : {16, 128}) {
     const auto hx = random_values<float>(static_cast<std::size_t>(rows * 784), 7);
@@ -224,7 +215,7 @@ TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
     const auto dy = tensor_from_host<float>("dy", {rows, 512}, hdy);
     std::vector<std::vector<float>> runs;
     for (const int threads : {1, 2}) {
-      set_threads(threads);
+      set_blas_threads(threads);  // OpenBLAS and the OpenMP team, as the Environment sets them
       auto y = make_tensor<float>("y", {rows, 512});
       auto dx = make_tensor<float>("dx", {rows, 784});
       const auto dw = tensor_from_host<float>("dw", {512, 784}, hw);  // beta = 1 accumulates onto w's values
@@ -237,7 +228,7 @@ TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
       for (const auto& part : {to_host(dx.data), to_host(dw.data)}) all.insert(all.end(), part.begin(), part.end());
       runs.push_back(std::move(all));
     }
-    set_threads(threads_before);
+    set_blas_threads(threads_before);
     ASSERT_EQ(runs[0].size(), runs[1].size());
     std::size_t first_diff = runs[0].size();
     for (std::size_t i = 0; i < runs[0].size(); ++i) {

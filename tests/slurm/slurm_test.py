@@ -113,14 +113,16 @@ def preempt_when(jid, env, out, ready, what, poll_s):
 def scenario_preemptible(a, env):
     out = a.work / "preemptible.out"
     ckpt = a.work / "preemptible-ckpt"
-    # Long enough that the signal lands mid-run: the MLP takes ~0.7 s for 300 steps at np 2 now,
-    # less than scancel takes to reach the job; 2400 steps are ~5 s.
-    args = "--max-steps 2400 --no-eval --log-every 10"
-    env = dict(env, EPOCHS="6", SEED="7", CHECKPOINT_EVERY="1000", CHECKPOINT_DIR=str(ckpt), EXTRA_ARGS=args)
+    # Long enough that the signal lands mid-run: scancel's USR1 has taken up to ~4.5 s to reach
+    # the job under a loaded ctest, and with libxsmm's gemms (stop 43) 2400 steps took 5.4 s, so
+    # the signal once arrived after the last step; 6000 steps are ~13 s.
+    steps = 6000
+    args = f"--max-steps {steps} --no-eval --log-every 10"
+    env = dict(env, EPOCHS="13", SEED="7", CHECKPOINT_EVERY="1000", CHECKPOINT_DIR=str(ckpt), EXTRA_ARGS=args)
     jid = submit(a.repo / "slurm/preemptible.sbatch", a.work, env, f"--output={out}", "--open-mode=append")
 
     def well_under_way():  # signal once training is well under way
-        return out.exists() and re.search(r"step (4|5|6|7|8|9)0/2400", out.read_text())
+        return out.exists() and re.search(rf"step (4|5|6|7|8|9)0/{steps}", out.read_text())
 
     f, text = preempt_when(jid, env, out, well_under_way, "preemptible job never reached step 40", 0.3)
     if f["JobState"] != "COMPLETED":
@@ -132,11 +134,11 @@ def scenario_preemptible(a, env):
         if needle not in text:
             fail(f"preemptible output lacks '{needle}'")
     resumed = re.search(r"resumed from \S+/step-(\d+)", text)
-    if not resumed or int(resumed.group(1)) < 40 or int(resumed.group(1)) >= 2400:
+    if not resumed or int(resumed.group(1)) < 40 or int(resumed.group(1)) >= steps:
         fail("did not resume from the preemption checkpoint")
     final = checksums(text)[-1]
     # The uninterrupted run: same seed, same options, same rank count, no interruption.
-    base = ["srun", "--mpi=pmix", "-n", "2", str(a.bin / "hpctrain"), "train", "--model", "mlp", "--epochs", "6",
+    base = ["srun", "--mpi=pmix", "-n", "2", str(a.bin / "hpctrain"), "train", "--model", "mlp", "--epochs", env["EPOCHS"],
             "--global-batch", "128", "--lr", "0.05", "--seed", "7", *args.split()]
     # Same threading as the batch job (the template sets OMP_NUM_THREADS from --cpus-per-task):
     # OpenBLAS splits a gemm by its thread count, which changes the summation order.

@@ -4,8 +4,9 @@
 /// (TPL) behind its portable call:
 /// - **libxsmm** (float, host memory, when built with HPCTRAIN_ENABLE_LIBXSMM and the CPU has
 ///   AVX2 or newer): libxsmm's JIT kernels for the small products of dense layers (at most 256
-///   rows of a batch), the rest through onednn (or blas without it). At 16-row micro-shards
-///   (deterministic mode) 1.2-1.35x oneDNN's GFLOP/s, at 64 rows 1.04-1.1x (one Zen 4 core).
+///   rows of a batch), the rest through onednn (or blas without it). On the MLP's products, one
+///   Zen 4 core: 1.0-1.45x oneDNN's GFLOP/s at 16-row micro-shards (deterministic mode), 0.98-1.1x
+///   at 128 rows (bench_kernels' gemm rows; docs/compute-core.md).
 ///   Each element's bits do not depend on the rank's thread count.
 /// - **onednn** (float, host memory, when built with HPCTRAIN_ENABLE_ONEDNN): oneDNN's matmul
 ///   primitive (brgemm kernels), created once per shape and cached; fastest at the small and
