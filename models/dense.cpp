@@ -2,6 +2,8 @@
 #include "hpctrain/models/layers.hpp"
 #include "row_affine.hpp"
 
+#include <algorithm>
+
 namespace hpctrain::models {
 
 template <class T>
@@ -31,8 +33,13 @@ Tensor<T> Dense<T>::forward(const Tensor<T>& x, bool /*train*/) {
                                             " features per sample");
   x_ = x;
   core::ensure_shape(y_, "hpctrain::dense::y", {n, out_});
-  detail::row_affine_forward(x.data, n, in_, out_, this->param(0).data, this->param(1).data,
-                             y_.data);
+  const std::int64_t leaf = this->gradient_leaf_rows() > 0 ? this->gradient_leaf_rows() : n;
+  for (std::int64_t first = 0; first < n; first += leaf) {  // one leaf: the whole batch
+    const std::int64_t rows = std::min(leaf, n - first);
+    detail::row_affine_forward(core::slice(x.data, first * in_, rows * in_), rows, in_, out_,
+                               this->param(0).data, this->param(1).data,
+                               core::slice(y_.data, first * out_, rows * out_));
+  }
   return y_;
 }
 
@@ -46,8 +53,26 @@ Tensor<T> Dense<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
     core::ensure_shape(dx_, "hpctrain::dense::dx", x_.shape);
     dx = dx_.data;
   }
-  detail::row_affine_backward(dy.data, x_.data, n, in_, out_, this->param(0).data,
-                              this->grad(0).data, this->grad(1).data, dx, this->take_write_gradients());
+  const bool write = this->take_write_gradients();
+  const std::int64_t leaf = this->gradient_leaf_rows();
+  if (leaf <= 0 || n <= leaf) {
+    detail::row_affine_backward(dy.data, x_.data, n, in_, out_, this->param(0).data, this->grad(0).data,
+                                this->grad(1).data, dx, write);
+    return need_input_grad ? dx_ : Tensor<T>();
+  }
+  HPCTRAIN_REQUIRE(write, "dense: gradients over leaves are written, not added (Sequential::begin_gradients first)");
+  const core::Matrix<T> dym = core::as_matrix(dy.data, n, out_);
+  core::gemm_tn_leaf_tree(leaf, dym, core::as_matrix(x_.data, n, in_), core::as_matrix(this->grad(0).data, out_, in_));
+  core::column_sums_leaf_tree(leaf, dym, this->grad(1).data);
+  if (dx.data() != nullptr) {
+    for (std::int64_t first = 0; first < n; first += leaf) {
+      const std::int64_t rows = std::min(leaf, n - first);
+      core::gemm(core::Trans::no, core::Trans::no, T(1),
+                 core::as_matrix(core::slice(dy.data, first * out_, rows * out_), rows, out_),
+                 core::as_matrix(this->param(0).data, out_, in_), T(0),
+                 core::as_matrix(core::slice(dx, first * in_, rows * in_), rows, in_));
+    }
+  }
   return need_input_grad ? dx_ : Tensor<T>();
 }
 

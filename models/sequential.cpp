@@ -155,6 +155,21 @@ void Sequential<T>::begin_gradients() {
 }
 
 template <class T>
+bool Sequential<T>::supports_gradient_leaves() const {
+  return std::all_of(layers_.begin(), layers_.end(), [](const auto& layer) { return layer->supports_gradient_leaves(); });
+}
+
+template <class T>
+void Sequential<T>::set_gradient_leaves(std::int64_t rows) {
+  HPCTRAIN_REQUIRE(rows >= 0, "set_gradient_leaves: " + std::to_string(rows) + " rows per leaf");
+  for (auto& layer : layers_) {
+    HPCTRAIN_REQUIRE(rows == 0 || layer->supports_gradient_leaves(),
+                     "set_gradient_leaves: a " + layer->kind() + " layer cannot sum its gradients over leaves");
+    layer->set_gradient_leaves(rows);
+  }
+}
+
+template <class T>
 void Sequential<T>::release_gradients() {
   for (auto& layer : layers_) layer->unbind_gradients();
   grads_ = core::Vec<T>();

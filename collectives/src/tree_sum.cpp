@@ -168,24 +168,38 @@ bool TreeSum::is_slot(const float* data) const noexcept {
   return std::any_of(slots_.begin(), slots_.end(), [&](const auto& s) { return s.data() == data; });
 }
 
-void TreeSum::add(std::int64_t term, float* data, bool lend) {
-  // The term must be this rank's next one.
+void TreeSum::add(std::int64_t term, float* data, bool lend) { add_node(TreeNode{0, term}, data, lend); }
+
+void TreeSum::add_node(const TreeNode& node, float* data, bool lend) {
+  // The node's terms must be this rank's next ones, inside one of its ranges.
+  HPCTRAIN_REQUIRE(node.level >= 0 && node.level <= root_ && node.index >= 0 && first_term(node) < total_,
+                   "TreeSum::add_node: node (" + std::to_string(node.level) + ", " + std::to_string(node.index) +
+                       ") is not in the tree of " + std::to_string(total_) + " terms");
+  const std::int64_t first = first_term(node);
+  const std::int64_t count = std::min((node.index + 1) << node.level, total_) - first;
   const auto& mine = ranges_[static_cast<std::size_t>(rank_)];
-  std::int64_t expected = -1, seen = 0;
+  std::int64_t expected = -1, room = 0, seen = 0;
   for (const TermRange& t : mine) {
     if (added_ < seen + (t.end - t.begin)) {
       expected = t.begin + (added_ - seen);
+      room = t.end - expected;
       break;
     }
     seen += t.end - t.begin;
   }
-  HPCTRAIN_REQUIRE(term == expected, "TreeSum::add: rank " + std::to_string(rank_) + " added term " +
-                                         std::to_string(term) + " where its next term is " +
-                                         (expected < 0 ? std::string("none") : std::to_string(expected)));
-  ++added_;
+  if (first != expected || count > room) {
+    const std::string what = count == 1 ? "term " + std::to_string(first)
+                                        : "terms [" + std::to_string(first) + ", " + std::to_string(first + count) + ")";
+    const std::string next = expected < 0 ? std::string("none")
+                                          : std::to_string(expected) + (first == expected ? ", in a range ending at " +
+                                                                                                std::to_string(expected + room)
+                                                                                          : std::string());
+    HPCTRAIN_FAIL("TreeSum::add: rank " + std::to_string(rank_) + " added " + what + " where its next term is " + next);
+  }
+  added_ += count;
   // The merges this term sets off form a chain (each adds the node above into the one below);
   // run it in cache-sized chunks, so every vector is read once.
-  stack_.push_back(Held{TreeNode{0, term}, data});
+  stack_.push_back(Held{node, data});
   chain_.clear();
   settle(stack_, total_, root_, [&](Held& below, Held& top) {
     chain_.emplace_back(below.data, top.data);

@@ -4,6 +4,7 @@
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 #include "host_parallel.hpp"
 
 #ifdef HPCTRAIN_HAVE_ONEDNN
@@ -95,6 +96,34 @@ void accumulate_column_sums(const Matrix<T>& dy, const Vec<T>& db) {
         }
         for (std::int64_t j = 0; j < w; ++j) db(c0 + j) += s[j];
       });
+}
+
+template <class T>
+void column_sums_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& dy, const Vec<T>& db) {
+  const auto rows = static_cast<std::int64_t>(dy.extent(0));
+  const auto cols = static_cast<std::int64_t>(dy.extent(1));
+  HPCTRAIN_REQUIRE(leaf_rows >= 1 && static_cast<std::int64_t>(db.extent(0)) == cols,
+                   "column_sums_leaf_tree: " + std::to_string(leaf_rows) + " rows per leaf, " +
+                       std::to_string(db.extent(0)) + " sums for " + std::to_string(cols) + " columns");
+  set_zero(db);
+  if (rows == 0) return;
+  const std::int64_t leaves = (rows + leaf_rows - 1) / leaf_rows;
+  const Vec<T> nodes(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hpctrain::column_sums_leaf_tree"),
+                     static_cast<std::size_t>((leaf_tree_depth(leaves) - 1) * cols));
+  const auto slot = [&](int d) {
+    return d == 0 ? db : Vec<T>(Kokkos::subview(nodes, std::make_pair((d - 1) * cols, d * cols)));
+  };
+  leaf_tree_sum(
+      leaves,
+      [&](std::int64_t l, int d) {
+        const std::int64_t first = l * leaf_rows;
+        const Vec<T> to = slot(d);
+        if (d != 0) set_zero(to);
+        accumulate_column_sums(Matrix<T>(dy.data() + first * cols, static_cast<std::size_t>(std::min(leaf_rows, rows - first)),
+                                         static_cast<std::size_t>(cols)),
+                               to);
+      },
+      [&](int dst, int src) { axpy(T(1), slot(src), slot(dst)); });
 }
 
 template <class T>
@@ -279,6 +308,7 @@ void set_zero(const Vec<T>& v) {
 #define HPCTRAIN_INSTANTIATE(T)                                                             \
   template void add_row_bias<T>(const Matrix<T>&, const Vec<T>&);                           \
   template void accumulate_column_sums<T>(const Matrix<T>&, const Vec<T>&);                 \
+  template void column_sums_leaf_tree<T>(std::int64_t, const Matrix<T>&, const Vec<T>&);    \
   template void accumulate_row_sums<T>(const Matrix<T>&, const Vec<T>&);                    \
   template void relu_forward<T>(const Vec<T>&, const Vec<T>&);                              \
   template void relu_backward<T>(const Vec<T>&, const Vec<T>&, const Vec<T>&);              \

@@ -3,6 +3,7 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/elementwise.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -120,6 +121,15 @@ detail::MatrixOperand operand(const Matrix<float>& x, bool trans) {
 }
 #endif
 
+/// to += from, element by element (same-shape contiguous matrices). A named function: nvcc takes
+/// no device lambda inside another lambda.
+template <class T>
+void add_into(const Matrix<T>& to, const Matrix<T>& from) {
+  Kokkos::parallel_for(
+      "hpctrain::gemm_tn_leaf_tree_add", Kokkos::RangePolicy<ExecSpace>(0, static_cast<std::int64_t>(to.size())),
+      KOKKOS_LAMBDA(const std::int64_t i) { to.data()[i] += from.data()[i]; });
+}
+
 /// C = alpha op(A) op(B) + beta C through the build's vendor BLAS; shapes checked, k > 0.
 template <class T>
 void vendor_gemm(bool ta, bool tb, [[maybe_unused]] std::int64_t m, [[maybe_unused]] std::int64_t n,
@@ -236,10 +246,57 @@ void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
   add_row_bias(y, bias);
 }
 
+template <class T>
+void gemm_tn_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& a, const Matrix<T>& b, const Matrix<T>& c) {
+  const auto rows = static_cast<std::int64_t>(a.extent(0));
+  const auto m = static_cast<std::int64_t>(a.extent(1));
+  const auto n = static_cast<std::int64_t>(b.extent(1));
+  HPCTRAIN_REQUIRE(leaf_rows >= 1, "gemm_tn_leaf_tree: " + std::to_string(leaf_rows) + " rows per leaf");
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(b.extent(0)) == rows && static_cast<std::int64_t>(c.extent(0)) == m &&
+                       static_cast<std::int64_t>(c.extent(1)) == n,
+                   "gemm_tn_leaf_tree: A^T " + dims(m, rows) + " x B " +
+                       dims(static_cast<std::int64_t>(b.extent(0)), n) + " does not give C " +
+                       dims(static_cast<std::int64_t>(c.extent(0)), static_cast<std::int64_t>(c.extent(1))));
+  if (m == 0 || n == 0) return;
+  if (rows == 0) {
+    Kokkos::deep_copy(c, T(0));
+    return;
+  }
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_libxsmm(T(1))) {
+      ExecSpace().fence();
+      if (libxsmm::gemm_tn_leaf_tree(m, n, rows, leaf_rows, operand(a, true), operand(b, false), c.data(),
+                                     leading_dimension(c))) {
+        return;
+      }
+    }
+  }
+#endif
+  // Each leaf's product in a whole matrix (the first in c), added over the tree.
+  const std::int64_t leaves = (rows + leaf_rows - 1) / leaf_rows;
+  const Vec<T> nodes(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hpctrain::gemm_tn_leaf_tree"),
+                     static_cast<std::size_t>((leaf_tree_depth(leaves) - 1) * m * n));
+  const auto slot = [&](int d) { return d == 0 ? c : Matrix<T>(nodes.data() + (d - 1) * m * n, m, n); };
+  leaf_tree_sum(
+      leaves,
+      [&](std::int64_t l, int d) {
+        const std::int64_t first = l * leaf_rows;
+        const auto r = static_cast<std::size_t>(std::min(leaf_rows, rows - first));
+        gemm(Trans::yes, Trans::no, T(1), Matrix<T>(a.data() + first * m, r, static_cast<std::size_t>(m)),
+             Matrix<T>(b.data() + first * n, r, static_cast<std::size_t>(n)), T(0), slot(d));
+      },
+      [&](int dst, int src) { add_into(slot(dst), slot(src)); });
+}
+
 template void gemm<float>(Trans, Trans, float, const Matrix<float>&, const Matrix<float>&, float,
                           const Matrix<float>&);
 template void gemm<double>(Trans, Trans, double, const Matrix<double>&, const Matrix<double>&,
                            double, const Matrix<double>&);
+template void gemm_tn_leaf_tree<float>(std::int64_t, const Matrix<float>&, const Matrix<float>&,
+                                       const Matrix<float>&);
+template void gemm_tn_leaf_tree<double>(std::int64_t, const Matrix<double>&, const Matrix<double>&,
+                                        const Matrix<double>&);
 template void linear_forward<float>(const Matrix<float>&, const Matrix<float>&, const Vec<float>&,
                                     const Matrix<float>&);
 template void linear_forward<double>(const Matrix<double>&, const Matrix<double>&,

@@ -32,6 +32,9 @@
 
 #include <libxsmm.h>
 
+#include "hpctrain/base/vector_clones.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -137,6 +140,21 @@ std::vector<float>& scratch(int which) {
   return buffers[which];
 }
 
+/// gemm_tn_leaf_tree's node storage beside c: `slots` matrices of at least `floats` each, per
+/// thread; they only grow.
+std::vector<std::vector<float>>& tree_scratch(int slots, std::size_t floats) {
+  thread_local std::vector<std::vector<float>> buffers;
+  if (buffers.size() < static_cast<std::size_t>(slots)) buffers.resize(static_cast<std::size_t>(slots));
+  for (auto& b : buffers) {
+    if (b.size() < floats) b.resize(floats);
+  }
+  return buffers;
+}
+
+HPCTRAIN_VECTOR_CLONES void add_row(float* __restrict dst, const float* __restrict src, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) dst[j] += src[j];
+}
+
 }  // namespace
 
 bool available() {
@@ -199,6 +217,43 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
         for (std::int64_t j = first; j < first + count; ++j) row[j] = column[j * m];
       }
     }
+  });
+  return true;
+}
+
+bool gemm_tn_leaf_tree(std::int64_t m, std::int64_t n, std::int64_t rows, std::int64_t leaf_rows, MatrixOperand a,
+                       MatrixOperand b, float* c, std::int64_t ldc) {
+  if (!available() || !a.trans || b.trans || leaf_rows < 1 || rows < 1) return false;
+  // gemm()'s range for each leaf's product alone (a^T b: k is the leaf's rows)
+  if (std::min(leaf_rows, rows) > kMaxRows || std::max({m, n, std::min(leaf_rows, rows)}) > kMaxInner) return false;
+  const std::int64_t leaves = (rows + leaf_rows - 1) / leaf_rows;
+  const std::int64_t last_rows = rows - (leaves - 1) * leaf_rows;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(rows);
+  const Blocks s = column_blocks(n, flops);  // the cut depends on n only, as in gemm()
+  std::array<libxsmm_smmfunction, kMaxBlocks> full{}, last{};
+  const auto kernels_for = [&](std::int64_t k, std::array<libxsmm_smmfunction, kMaxBlocks>& out) {
+    return block_kernels(s, out, [&](std::int64_t width) { return kernel(width, m, k, b.ld, a.ld, ldc, 0.0F, true); });
+  };
+  if (!kernels_for(std::min(leaf_rows, rows), full) || (last_rows != leaf_rows && !kernels_for(last_rows, last))) {
+    return false;
+  }
+  const int depth = leaf_tree_depth(leaves);
+  for_column_blocks(s, [&](std::size_t block, std::int64_t first, std::int64_t width) {
+    std::vector<std::vector<float>>& nodes = tree_scratch(depth - 1, static_cast<std::size_t>(m * ldc));
+    const auto slot = [&](int d) { return d == 0 ? c : nodes[static_cast<std::size_t>(d - 1)].data(); };
+    leaf_tree_sum(
+        leaves,
+        [&](std::int64_t l, int d) {
+          const libxsmm_smmfunction k = l == leaves - 1 && last_rows != leaf_rows ? last[block] : full[block];
+          const std::int64_t r = l * leaf_rows;
+          k(b.data + r * b.ld + first, a.data + r * a.ld, slot(d) + first);
+          zero_upper();
+        },
+        [&](int dst, int src) {
+          float* to = slot(dst);
+          const float* from = slot(src);
+          for (std::int64_t i = 0; i < m; ++i) add_row(to + i * ldc + first, from + i * ldc + first, width);
+        });
   });
   return true;
 }

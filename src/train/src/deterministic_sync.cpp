@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "apply_gradient.hpp"
 #include "hpctrain/train/finite_guard.hpp"
@@ -91,6 +93,18 @@ class DeterministicSync::Terms {
       sum_.add(term, host_.data());
     }
   }
+  /// After the backward of a pass over an aligned node of micro-shards (grouped passes): hands
+  /// the node's gradient to the sum.
+  void collect_node(const coll::TreeNode& node) {
+    if constexpr (kHostGradients) {
+      sum_.add_node(node, current_, /*lend=*/true);
+      current_ = nullptr;
+    } else {
+      host_.resize(count_);
+      Kokkos::deep_copy(HostFloats(host_.data(), count_), model_.gradient_buffer());
+      sum_.add_node(node, host_.data());
+    }
+  }
   /// Collective: the tree sum over all ranks' micro-shards, written into the model's gradient
   /// buffer (to which the layers' gradient views are bound again).
   void finish(coll::Communicator& comm) {
@@ -120,10 +134,34 @@ class DeterministicSync::Terms {
 
 struct DeterministicSync::Pass : TrainingPass {};
 
+bool grouped_deterministic_passes_from_environment() {
+  const char* env = std::getenv("HPCTRAIN_DETERMINISTIC_PASSES");
+  const std::string v = env == nullptr ? "" : env;
+  HPCTRAIN_REQUIRE(v.empty() || v == "grouped" || v == "micro-shard",
+                   "HPCTRAIN_DETERMINISTIC_PASSES='" + v + "': expected grouped (the default) or micro-shard");
+  return v != "micro-shard";
+}
+
+namespace {
+/// The model's leaf rows for one grouped pass, off again after it (evaluation and predict run
+/// the model on whole batches).
+class GradientLeaves {
+ public:
+  GradientLeaves(models::Sequential<float>& model, std::int64_t rows) : model_(model) { model_.set_gradient_leaves(rows); }
+  ~GradientLeaves() { model_.set_gradient_leaves(0); }
+  GradientLeaves(const GradientLeaves&) = delete;
+  GradientLeaves& operator=(const GradientLeaves&) = delete;
+
+ private:
+  models::Sequential<float>& model_;
+};
+}  // namespace
+
 DeterministicSync::DeterministicSync(coll::Communicator& comm, models::Sequential<float>& model,
                                      std::int64_t micro_shard, Timeline* timeline)
     : comm_(comm), model_(model), trainable_(optimiser_mask(model)), micro_shard_(micro_shard), timeline_(timeline),
-      terms_(std::make_unique<Terms>(model)), pass_(std::make_unique<Pass>()) {}
+      terms_(std::make_unique<Terms>(model)), pass_(std::make_unique<Pass>()),
+      grouped_(model.supports_gradient_leaves() && grouped_deterministic_passes_from_environment()) {}
 
 DeterministicSync::~DeterministicSync() = default;
 
@@ -131,30 +169,60 @@ void DeterministicSync::begin_step(const OptimizerStep& step) {
   step_ = step;
   micro_ = 0;
   term_base_ = 0;
-  const std::int64_t terms = terms_->begin_step(step.batch_sizes, micro_shard_, comm_.rank(), comm_.size());
-  losses_.assign(static_cast<std::size_t>(terms), 0.0);
+  total_terms_ = terms_->begin_step(step.batch_sizes, micro_shard_, comm_.rank(), comm_.size());
+  losses_.assign(static_cast<std::size_t>(total_terms_), 0.0);
 }
 
 void DeterministicSync::accumulate(const MicroBatch& micro) {
   const auto t_start = std::chrono::steady_clock::now();
-  const auto shard = static_cast<std::size_t>(micro_shard_);
   const std::size_t count = micro.batch.count;
-  for (std::size_t first = 0; first < count; first += shard) {
-    const std::size_t rows = std::min(shard, count - first);
-    pass_->input.load_rows(micro.batch, first, rows, model_.input_shape());
-    terms_->start_term();
-    const auto position = static_cast<std::int64_t>(first);
-    const std::int64_t term = term_base_ + (micro.offset_in_batch + position) / micro_shard_;
-    losses_[static_cast<std::size_t>(term)] =
-        pass_->forward_loss(model_, step_.index, micro.sample_position + position, step_.samples());
-    model_.backward(pass_->dlogits, false);
-    terms_->collect(term);
+  if (grouped_) {
+    accumulate_grouped(micro);
+  } else {
+    const auto shard = static_cast<std::size_t>(micro_shard_);
+    for (std::size_t first = 0; first < count; first += shard) {
+      const std::size_t rows = std::min(shard, count - first);
+      pass_->input.load_rows(micro.batch, first, rows, model_.input_shape());
+      terms_->start_term();
+      const auto position = static_cast<std::int64_t>(first);
+      const std::int64_t term = term_base_ + (micro.offset_in_batch + position) / micro_shard_;
+      losses_[static_cast<std::size_t>(term)] =
+          pass_->forward_loss(model_, step_.index, micro.sample_position + position, step_.samples());
+      model_.backward(pass_->dlogits, false);
+      terms_->collect(term);
+    }
   }
   term_base_ += micro_shard_count(step_.batch_sizes.at(micro_++), micro_shard_);
   Kokkos::fence();
   record_ = micro.record && timeline_;
   if (record_) {
     timeline_->add(Span{"micro-shards forward/backward", "compute", 0, t_start, std::chrono::steady_clock::now()});
+  }
+}
+
+void DeterministicSync::accumulate_grouped(const MicroBatch& micro) {
+  const auto count = static_cast<std::int64_t>(micro.batch.count);
+  if (count == 0) return;
+  // This micro-batch's micro-shards on this rank, [first_term, end_term), as aligned nodes.
+  const std::int64_t first_term = term_base_ + micro.offset_in_batch / micro_shard_;
+  const std::int64_t end_term = first_term + micro_shard_count(count, micro_shard_);
+  const GradientLeaves leaves(model_, micro_shard_);
+  for (const coll::TreeNode& node : coll::maximal_nodes({coll::TermRange{first_term, end_term}}, total_terms_)) {
+    const std::int64_t node_first = node.index << node.level;
+    const std::int64_t node_end = std::min((node.index + 1) << node.level, total_terms_);
+    HPCTRAIN_REQUIRE(node_first >= first_term && node_end <= end_term,
+                     "deterministic training: node of micro-shards [" + std::to_string(node_first) + ", " +
+                         std::to_string(node_end) + ") outside this rank's [" + std::to_string(first_term) + ", " +
+                         std::to_string(end_term) + ")");
+    const std::int64_t first = (node_first - first_term) * micro_shard_;
+    const std::int64_t rows = std::min(count, (node_end - first_term) * micro_shard_) - first;
+    pass_->input.load_rows(micro.batch, static_cast<std::size_t>(first), static_cast<std::size_t>(rows),
+                           model_.input_shape());
+    terms_->start_term();
+    pass_->forward_leaf_losses(model_, step_.index, micro.sample_position + first, step_.samples(), micro_shard_,
+                               losses_.data() + node_first);
+    model_.backward(pass_->dlogits, false);
+    terms_->collect_node(node);
   }
 }
 

@@ -71,6 +71,12 @@ class TreeSum {
   /// which may overwrite it (this saves a copy of a term that is not added to another at once).
   void add(std::int64_t term, float* data, bool lend = false);
 
+  /// Adds an aligned node of this rank's next terms at once, computed by the caller as the tree
+  /// of those terms (core/leaf_tree.hpp in the compute core sums so): the same as add() of each
+  /// of its terms, without their vectors. Nodes from maximal_nodes() of a range of this rank's
+  /// next terms qualify. `data` as add()'s.
+  void add_node(const TreeNode& node, float* data, bool lend = false);
+
   /// Storage for this rank's next term: count() floats owned by the sum, contents unspecified.
   /// Compute the term in it and pass it to add() with `lend` true: a term that stays held is
   /// then not copied, and one merged on arrival frees the storage for the next term. Valid

@@ -76,6 +76,16 @@ class Layer {
   /// a layer whose writes_gradients() is true. That backward resets it.
   void set_write_gradients(bool on) { write_gradients_ = on; }
 
+  /// Deterministic training's grouped passes (Sequential::set_gradient_leaves). True where, told
+  /// leaf rows L > 0, forward() and backward() on a batch of any rows give every row's output and
+  /// input gradient the bits they have in L-row batches, and the parameter gradients (written, as
+  /// after set_write_gradients) the bits of the batch's L-row leaves' separate gradients added
+  /// over core/leaf_tree.hpp's pairwise tree. Row-wise layers without parameters (ReLU, flatten,
+  /// dropout) are so at any L; a layer that mixes rows (batch norm) or has no such kernels is not.
+  virtual bool supports_gradient_leaves() const { return false; }
+  /// Sets L (0: off, the default; the layer then sums over all rows as it always has).
+  void set_gradient_leaves(std::int64_t rows) { leaf_rows_ = rows; }
+
   /// Called by the model: views for the parameters and gradients, in spec order (again when
   /// the model binds the gradients elsewhere: Sequential::redirect_gradients).
   void bind(std::vector<Tensor<T>> params, std::vector<Tensor<T>> grads);
@@ -92,6 +102,8 @@ class Layer {
   const Tensor<T>& grad(std::size_t i) const { return grads_.at(i); }
   /// For backward(): whether to write rather than add the parameter gradients this time.
   bool take_write_gradients() { return std::exchange(write_gradients_, false); }
+  /// The leaf rows set_gradient_leaves() set (0: off).
+  std::int64_t gradient_leaf_rows() const { return leaf_rows_; }
 
  private:
   std::vector<NamedTensor<T>> named(const std::vector<Tensor<T>>& tensors) const;
@@ -99,6 +111,7 @@ class Layer {
   std::vector<Tensor<T>> params_;
   std::vector<Tensor<T>> grads_;
   bool write_gradients_ = false;
+  std::int64_t leaf_rows_ = 0;
 };
 
 }  // namespace hpctrain::models

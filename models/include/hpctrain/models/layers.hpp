@@ -20,6 +20,10 @@ class Dense final : public Layer<T> {
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
   bool writes_gradients() const override { return true; }
+  /// With leaf rows L: forward and the input gradient leaf by leaf (the same products as on
+  /// L-row batches), the weight and bias gradients as core::gemm_tn_leaf_tree and
+  /// core::column_sums_leaf_tree give them.
+  bool supports_gradient_leaves() const override { return true; }
 
  private:
   std::int64_t in_, out_;
@@ -76,6 +80,9 @@ class ActivationLayer final : public Layer<T> {
   explicit ActivationLayer(Activation activation);
   std::string kind() const override { return activation_ == Activation::relu ? "relu" : "gelu"; }
   Shape output_shape(const Shape& input_sample_shape) const override { return input_sample_shape; }
+  /// ReLU only: a select per element. GELU may run on oneDNN's kernels, whose bits for an
+  /// element are not documented to be independent of the tensor's length.
+  bool supports_gradient_leaves() const override { return activation_ == Activation::relu; }
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
 
@@ -90,6 +97,7 @@ class Flatten final : public Layer<T> {
  public:
   std::string kind() const override { return "flatten"; }
   Shape output_shape(const Shape& input_sample_shape) const override;
+  bool supports_gradient_leaves() const override { return true; }
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
 
@@ -107,6 +115,8 @@ class Dropout final : public Layer<T> {
   explicit Dropout(double rate);
   std::string kind() const override { return "dropout"; }
   Shape output_shape(const Shape& input_sample_shape) const override { return input_sample_shape; }
+  /// Each element's mask is keyed by its global sample index: row by row.
+  bool supports_gradient_leaves() const override { return true; }
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
   void set_rng_stream(std::uint64_t seed, std::uint64_t layer_index) override;

@@ -74,6 +74,14 @@ class Sequential {
   /// forward-only model holds its parameters alone. backward() then throws; irreversible.
   void release_gradients();
   bool has_gradients() const { return grads_.extent(0) > 0 || params_.extent(0) == 0; }
+  /// Whether every layer supports leaf rows (Layer::supports_gradient_leaves): deterministic
+  /// training can then run a node of micro-shards as one pass.
+  bool supports_gradient_leaves() const;
+  /// Leaf rows for every layer (0: off). With L > 0 a forward and backward over any rows give
+  /// the bits of L-row passes' outputs, and parameter gradients that are the L-row leaves'
+  /// separate gradients summed over core/leaf_tree.hpp's tree (written: begin_gradients first).
+  /// Throws where a layer does not support it.
+  void set_gradient_leaves(std::int64_t rows);
   /// Where dropout draws from: the training step and the global index of the first sample of
   /// this rank's part of the batch.
   void set_rng_position(std::uint64_t step, std::int64_t first_sample);

@@ -20,6 +20,12 @@ void add_row_bias(const Matrix<T>& y, const Vec<T>& b);
 template <class T>
 void accumulate_column_sums(const Matrix<T>& dy, const Vec<T>& db);
 
+/// db[j] = the column sums of dy's rows cut into leaves of `leaf_rows` (the last may be shorter),
+/// added over the pairwise leaf tree of core/leaf_tree.hpp; leaf l is what
+/// accumulate_column_sums gives for its rows into a zeroed vector. Overwrites db.
+template <class T>
+void column_sums_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& dy, const Vec<T>& db);
+
 /// db[i] += sum_j m[i, j].
 template <class T>
 void accumulate_row_sums(const Matrix<T>& m, const Vec<T>& db);

@@ -33,6 +33,17 @@ template <class T>
 void gemm(Trans trans_a, Trans trans_b, T alpha, const Matrix<T>& a, const Matrix<T>& b, T beta,
           const Matrix<T>& c);
 
+/// c[m, n] = the sum over a's and b's rows ([rows, m] and [rows, n]) cut into leaves of
+/// `leaf_rows` rows (the last may be shorter), added over the pairwise leaf tree of
+/// core/leaf_tree.hpp; leaf l's term is gemm(Trans::yes, Trans::no, 1, a_l, b_l, 0, .) of its rows
+/// alone. So c has the bits of the separate products summed over coll::TreeSum's tree, whatever
+/// `rows` is: a dense layer's weight gradient over a node of deterministic training's
+/// micro-shards. On the libxsmm backend the tree is summed block by block in cache-resident scratch
+/// beside c (no whole-matrix term is written); elsewhere each term is a whole product in memory
+/// allocated by the call. rows = 0 gives c = 0.
+template <class T>
+void gemm_tn_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& a, const Matrix<T>& b, const Matrix<T>& c);
+
 /// The dense layer's forward: y[n, out] = x[n, in] w[out, in]^T + bias[out] on every row.
 /// One fused pass on the onednn backend; gemm then add_row_bias on the blas one.
 template <class T>

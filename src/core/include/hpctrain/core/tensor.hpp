@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hpctrain::core {
@@ -69,6 +70,13 @@ Tensor<T> make_tensor(const std::string& label, Shape shape);
 /// then left as they were) and allocating a fresh zeroed View otherwise.
 template <class T>
 void ensure_shape(Tensor<T>& t, const std::string& label, const Shape& shape);
+
+/// Elements [first, first + count) of `v`, sharing its storage (Kokkos bounds-checks in debug
+/// builds only: callers stay inside v).
+template <class T>
+Vec<T> slice(const Vec<T>& v, std::int64_t first, std::int64_t count) {
+  return Vec<T>(Kokkos::subview(v, std::make_pair(first, first + count)));
+}
 
 /// Row-major matrix view over the first rows*cols elements of `v` (throws if `v` is shorter).
 template <class T>

@@ -7,7 +7,16 @@
 /// micro-batches) over a fixed binary tree on the micro-shard index. So the summed gradient, and
 /// the loss (one slot per micro-shard, summed in micro-shard order), depend only on the
 /// micro-shards, which the global batch fixes: the bytes do not depend on P, the algorithm or
-/// the transport. Costs: the micro-shards' own forward/backward passes, one add (or copy) of
+/// the transport.
+///
+/// Grouped passes: where every layer supports leaf rows (Sequential::supports_gradient_leaves:
+/// the MLPs), a rank runs each aligned node of its micro-shards (coll::maximal_nodes of a
+/// micro-batch's micro-shards) as one forward/backward, the model told that its leaves are the
+/// micro-shards: the node's gradient comes out as the tree of the micro-shards' gradients
+/// (core::gemm_tn_leaf_tree) and goes to the TreeSum as one node. Same bits as a pass per
+/// micro-shard, without a whole gradient vector per micro-shard or the adds between them.
+/// HPCTRAIN_DETERMINISTIC_PASSES=micro-shard runs a pass per micro-shard always (comparisons,
+/// tests); =grouped (the default) groups where the model allows. Costs: the micro-shards' own forward/backward passes, one add (or copy) of
 /// each term, a ring all-reduce's bytes when each rank's micro-shards form an aligned subtree;
 /// no overlap with backward; with device gradients one device-to-host copy per micro-shard.
 
@@ -31,6 +40,10 @@ struct MicroShardTerms {
 /// The terms of a step of `batch_sizes` global batches cut into micro-shards of `micro_shard`.
 MicroShardTerms micro_shard_terms(const std::vector<std::int64_t>& batch_sizes, std::int64_t micro_shard, int world);
 
+/// Whether deterministic training runs grouped passes where the model allows
+/// (HPCTRAIN_DETERMINISTIC_PASSES: grouped, the default, or micro-shard; throws on another value).
+bool grouped_deterministic_passes_from_environment();
+
 class DeterministicSync final : public GradientSync {
  public:
   DeterministicSync(coll::Communicator& comm, models::Sequential<float>& model, std::int64_t micro_shard,
@@ -48,6 +61,9 @@ class DeterministicSync final : public GradientSync {
   HeldBytes held_bytes() const override;
 
  private:
+  /// accumulate() with grouped passes: a forward/backward per aligned node of micro-shards.
+  void accumulate_grouped(const MicroBatch& micro);
+
   class Terms;  // the tree sum of one step's micro-shard gradients
   struct Pass;  // the forward/backward workspace
 
@@ -62,6 +78,8 @@ class DeterministicSync final : public GradientSync {
   std::size_t micro_ = 0;
   std::int64_t term_base_ = 0;     ///< micro-shards of the step's earlier micro-batches
   std::vector<double> losses_;     ///< one slot per micro-shard of the step
+  std::int64_t total_terms_ = 0;   ///< micro-shards of the step (all ranks)
+  bool grouped_ = false;           ///< a pass per node of micro-shards (see above)
   double loss_ = 0.0;
   bool record_ = false;
 };

@@ -1,0 +1,51 @@
+#pragma once
+/// @file
+/// The pairwise tree over a node's leaves, as coll::TreeSum adds a step's micro-shard terms:
+/// node (l, i) is node (l-1, 2i) + node (l-1, 2i+1), or its left child alone where the right
+/// one holds no leaf. Deterministic training computes a rank's aligned nodes of micro-shards in
+/// one pass (Sequential::set_gradient_leaves); the kernels that sum over a batch's rows
+/// (gemm_tn_leaf_tree, column_sums_leaf_tree) use this to give every node's bits as the tree of
+/// its micro-shards' separate sums, whatever the pass's row count.
+
+#include <cstdint>
+#include <string>
+
+#include "hpctrain/base/error.hpp"
+
+namespace hpctrain::core {
+
+/// The most stack entries leaf_tree_sum() uses for `leaves` leaves (the slots it asks for are
+/// 0 .. leaf_tree_depth(leaves) - 1): ceil(lg leaves) + 1.
+constexpr int leaf_tree_depth(std::int64_t leaves) {
+  int depth = 1;
+  while ((std::int64_t{1} << (depth - 1)) < leaves) ++depth;
+  return depth;
+}
+
+/// Sums leaves 0 .. leaves-1 over the tree above, leaf 0 leftmost. compute(l, slot) writes leaf
+/// l into storage slot `slot`; add(dst, src) adds slot src into slot dst (float additions
+/// commute, so the order inside one addition does not matter). The result ends in slot 0. A leaf
+/// at stack depth d is computed in slot d, so at most leaf_tree_depth(leaves) slots are used.
+template <class Compute, class Add>
+void leaf_tree_sum(std::int64_t leaves, const Compute& compute, const Add& add) {
+  HPCTRAIN_REQUIRE(leaves >= 1, "leaf_tree_sum: " + std::to_string(leaves) + " leaves");
+  int levels[64];
+  int depth = 0;
+  for (std::int64_t l = 0; l < leaves; ++l) {
+    compute(l, depth);
+    levels[depth++] = 0;
+    // siblings merge as soon as both are complete
+    while (depth >= 2 && levels[depth - 1] == levels[depth - 2]) {
+      add(depth - 2, depth - 1);
+      --depth;
+      ++levels[depth - 1];
+    }
+  }
+  // The last leaves' nodes are right-clipped: each is the right child of the one below.
+  while (depth >= 2) {
+    add(depth - 2, depth - 1);
+    --depth;
+  }
+}
+
+}  // namespace hpctrain::core
