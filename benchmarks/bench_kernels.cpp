@@ -35,7 +35,9 @@
 //      compute without its collectives: the batch in micro-shards of S rows, each into its own
 //      gradient buffer, summed pairwise, then SGD; against the whole batch in one pass in the
 //      same iteration. one_buffer:1 adds every micro-shard into one buffer instead (the 16-row
-//      passes' own cost, below any arrangement of the sum). Counters: samples_per_s,
+//      passes' own cost, below any arrangement of the sum). grouped:1 runs the batch as one pass
+//      with the micro-shards as leaf rows (Sequential::set_gradient_leaves; the MLP only), as
+//      deterministic training's grouped passes do. Counters: samples_per_s,
 //      whole_batch_samples_per_s, frac_of_whole_batch.
 //
 // Kokkos is initialised in main (it takes --kokkos-* flags); no MPI.
@@ -491,7 +493,12 @@ void bench_train_step_micro_shards(benchmark::State& state, const std::string& m
     const std::int64_t shard = state.range(1);
     const std::int64_t shards = (batch + shard - 1) / shard;
     const bool one_buffer = state.range(2) != 0;
+    const bool grouped = state.range(3) != 0;
     auto model = models::build_model<float>(nlohmann::json{{"name", model_name}, {"seed", 1}});
+    if (grouped && !model->supports_gradient_leaves()) {
+      state.SkipWithError(("the " + model_name + " has layers without leaf-row support: no grouped passes").c_str());
+      return;
+    }
     const ImageBatch data(batch);
     std::vector<ImageBatch> parts;
     for (std::int64_t s = 0; s < shards; ++s) parts.push_back(data.rows(s * shard, std::min(shard, batch - s * shard)));
@@ -517,6 +524,15 @@ void bench_train_step_micro_shards(benchmark::State& state, const std::string& m
       fence();
     };
     auto sharded = [&] {
+      if (grouped) {  // one pass, the micro-shards as leaves (DeterministicSync's grouped passes)
+        model->set_gradient_leaves(shard);
+        model->begin_gradients();
+        pass(data);
+        model->set_gradient_leaves(0);
+        optimizer.step(model->parameter_buffer(), model->gradient_buffer());
+        fence();
+        return;
+      }
       for (std::int64_t s = 0; s < shards; ++s) {
         model->redirect_gradients(terms[static_cast<std::size_t>(s)]);
         if (s == 0 || !one_buffer) model->begin_gradients();  // else: adds into the model's buffer
@@ -596,10 +612,11 @@ void register_benchmarks() {
   // Per rank at global batch 128 on 2 ranks: the default micro-shard (16) and 32.
   for (const std::string model : {"mlp", "cnn"}) {
     benchmark::RegisterBenchmark(("train_step_micro_shards/" + model).c_str(), bench_train_step_micro_shards, model)
-        ->ArgNames({"batch", "shard", "one_buffer"})
-        ->Args({64, 16, 0})
-        ->Args({64, 16, 1})
-        ->Args({64, 32, 0})
+        ->ArgNames({"batch", "shard", "one_buffer", "grouped"})
+        ->Args({64, 16, 0, 0})
+        ->Args({64, 16, 1, 0})
+        ->Args({64, 32, 0, 0})
+        ->Args({64, 16, 0, 1})
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }

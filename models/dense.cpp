@@ -55,7 +55,9 @@ Tensor<T> Dense<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   }
   const bool write = this->take_write_gradients();
   const std::int64_t leaf = this->gradient_leaf_rows();
-  if (leaf <= 0 || n <= leaf) {
+  // With leaves, even a one-leaf pass takes the leaf path: a leaf's gradient must come from the
+  // same kernels in every pass (a rank may hold one micro-shard or eight).
+  if (leaf <= 0) {
     detail::row_affine_backward(dy.data, x_.data, n, in_, out_, this->param(0).data, this->grad(0).data,
                                 this->grad(1).data, dx, write);
     return need_input_grad ? dx_ : Tensor<T>();

@@ -172,7 +172,7 @@ void TreeSum::add(std::int64_t term, float* data, bool lend) { add_node(TreeNode
 
 void TreeSum::add_node(const TreeNode& node, float* data, bool lend) {
   // The node's terms must be this rank's next ones, inside one of its ranges.
-  HPCTRAIN_REQUIRE(node.level >= 0 && node.level <= root_ && node.index >= 0 && first_term(node) < total_,
+  HPCTRAIN_REQUIRE(node.level >= 0 && node.level <= root_ && node.index >= 0,
                    "TreeSum::add_node: node (" + std::to_string(node.level) + ", " + std::to_string(node.index) +
                        ") is not in the tree of " + std::to_string(total_) + " terms");
   const std::int64_t first = first_term(node);
@@ -187,7 +187,7 @@ void TreeSum::add_node(const TreeNode& node, float* data, bool lend) {
     }
     seen += t.end - t.begin;
   }
-  if (first != expected || count > room) {
+  if (first != expected || count > room || count < 1) {
     const std::string what = count == 1 ? "term " + std::to_string(first)
                                         : "terms [" + std::to_string(first) + ", " + std::to_string(first + count) + ")";
     const std::string next = expected < 0 ? std::string("none")

@@ -32,6 +32,7 @@
 
 #include <libxsmm.h>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/base/vector_clones.hpp"
 #include "hpctrain/core/leaf_tree.hpp"
 
@@ -39,6 +40,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -57,6 +63,7 @@ constexpr std::int64_t kBlock = 128;      // c's column blocks: about this wide,
 constexpr std::int64_t kVector = 16;      // whole vectors of this many floats,
 constexpr std::int64_t kMaxBlocks = 128;  // and at most this many
 constexpr std::int64_t kAliasingStride = 256;  // floats: 1 KiB
+constexpr std::int64_t kTreeRows = 64;  // gemm_tn_leaf_tree: c's rows per tile (a node block: 32 KiB)
 
 libxsmm_smmfunction kernel(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
                            std::int64_t ldb, std::int64_t ldc, float beta, bool trans_b) {
@@ -151,8 +158,59 @@ std::vector<std::vector<float>>& tree_scratch(int slots, std::size_t floats) {
   return buffers;
 }
 
-HPCTRAIN_VECTOR_CLONES void add_row(float* __restrict dst, const float* __restrict src, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; ++j) dst[j] += src[j];
+/// Whether gemm_tn_leaf_tree's tiled kernels (tiled[wide tile][block], `tiles` tiles of m's rows,
+/// the first m % tiles one row taller) give every element of a leaf's product the bits of the
+/// whole-height kernels gemm() runs (whole[block]). Run once per shape and leading dimensions on
+/// pseudo-random operands of mixed magnitudes, where a different order of the k terms shows,
+/// and remembered for the process.
+bool tiles_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
+                     std::int64_t ldb, std::int64_t ldc, std::int64_t tiles,
+                     const std::array<libxsmm_smmfunction, kMaxBlocks>& whole,
+                     const std::array<libxsmm_smmfunction, kMaxBlocks> (&tiled)[2]) {
+  static std::mutex mutex;
+  static std::map<std::array<std::int64_t, 6>, bool> known;
+  const std::array<std::int64_t, 6> key{m, n, k, lda, ldb, ldc};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  std::vector<float> pa(static_cast<std::size_t>(k * lda)), pb(static_cast<std::size_t>(k * ldb));
+  std::uint32_t state = 2463534242U;
+  for (auto* v : {&pa, &pb}) {
+    for (float& x : *v) {
+      state ^= state << 13;
+      state ^= state >> 17;
+      state ^= state << 5;
+      x = std::ldexp(static_cast<float>(state % 2001U) / 1000.0F - 1.0F, static_cast<int>(state >> 28) - 8);
+    }
+  }
+  std::vector<float> one(static_cast<std::size_t>(m * ldc)), cut(one.size());
+  const std::int64_t tile = m / tiles, wide_tiles = m % tiles;
+  for (std::int64_t i = 0; i < s.count; ++i) {
+    const std::int64_t first = s[i].first;
+    whole[static_cast<std::size_t>(i)](pb.data() + first, pa.data(), one.data() + first);
+    for (std::int64_t t = 0, t0 = 0; t < tiles; ++t) {
+      const int wide = t < wide_tiles ? 1 : 0;
+      tiled[wide][static_cast<std::size_t>(i)](pb.data() + first, pa.data() + t0, cut.data() + t0 * ldc + first);
+      t0 += tile + wide;
+    }
+    zero_upper();
+  }
+  bool same = true;
+  for (std::int64_t r = 0; r < m && same; ++r) {
+    same = std::memcmp(one.data() + r * ldc, cut.data() + r * ldc, static_cast<std::size_t>(n) * sizeof(float)) == 0;
+  }
+  known.emplace(key, same);
+  return same;
+}
+
+/// dst += src on `rows` rows of `width` floats, `ld` apart (one call per node merge: the clone
+/// is picked once, not per row).
+HPCTRAIN_VECTOR_CLONES void add_rows(float* __restrict dst, const float* __restrict src, std::int64_t rows,
+                                     std::int64_t width, std::int64_t ld) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* __restrict d = dst + i * ld;
+    const float* __restrict s = src + i * ld;
+    for (std::int64_t j = 0; j < width; ++j) d[j] += s[j];
+  }
 }
 
 }  // namespace
@@ -223,37 +281,77 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
 
 bool gemm_tn_leaf_tree(std::int64_t m, std::int64_t n, std::int64_t rows, std::int64_t leaf_rows, MatrixOperand a,
                        MatrixOperand b, float* c, std::int64_t ldc) {
+  // Decided on the leaf's shape alone, never on how many leaves this call has, so that a leaf's
+  // bits do not depend on the pass it is in (deterministic training at any rank count).
   if (!available() || !a.trans || b.trans || leaf_rows < 1 || rows < 1) return false;
-  // gemm()'s range for each leaf's product alone (a^T b: k is the leaf's rows)
-  if (std::min(leaf_rows, rows) > kMaxRows || std::max({m, n, std::min(leaf_rows, rows)}) > kMaxInner) return false;
+  if (leaf_rows > kMaxRows || std::max({m, n, leaf_rows}) > kMaxInner) return false;
   const std::int64_t leaves = (rows + leaf_rows - 1) / leaf_rows;
   const std::int64_t last_rows = rows - (leaves - 1) * leaf_rows;
+  const bool short_leaf = last_rows != leaf_rows;
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(rows);
   const Blocks s = column_blocks(n, flops);  // the cut depends on n only, as in gemm()
-  std::array<libxsmm_smmfunction, kMaxBlocks> full{}, last{};
-  const auto kernels_for = [&](std::int64_t k, std::array<libxsmm_smmfunction, kMaxBlocks>& out) {
-    return block_kernels(s, out, [&](std::int64_t width) { return kernel(width, m, k, b.ld, a.ld, ldc, 0.0F, true); });
+  const auto kernels_for = [&](std::int64_t height, std::int64_t k, std::array<libxsmm_smmfunction, kMaxBlocks>& out) {
+    if (!block_kernels(s, out, [&](std::int64_t w) { return kernel(w, height, k, b.ld, a.ld, ldc, 0.0F, true); })) {
+      // A fall-back here would depend on the leaves this call has: refuse instead.
+      HPCTRAIN_FAIL("libxsmm generated no kernel for " + std::to_string(height) + " rows of a leaf of " +
+                    std::to_string(k) + " rows (gemm_tn_leaf_tree); HPCTRAIN_GEMM_BACKEND=onednn avoids libxsmm");
+    }
   };
-  if (!kernels_for(std::min(leaf_rows, rows), full) || (last_rows != leaf_rows && !kernels_for(last_rows, last))) {
-    return false;
+  // What gemm() runs for each leaf alone: whole[short leaf][block].
+  std::array<libxsmm_smmfunction, kMaxBlocks> whole[2]{};
+  kernels_for(m, leaf_rows, whole[0]);
+  if (short_leaf) kernels_for(m, last_rows, whole[1]);
+  // The full leaves in tiles of c's rows (at most kTreeRows, as equal as can be), so a block's
+  // nodes stay in cache, where that keeps every element's bits (libxsmm's code for some widths
+  // sums differently at other tile heights; tiles_keep_bits checks once per shape).
+  std::int64_t tiles = (m + kTreeRows - 1) / kTreeRows;
+  std::int64_t tile = m / tiles;
+  const std::int64_t wide_tiles = m % tiles;  // the first wide_tiles tiles have tile + 1 rows
+  std::array<libxsmm_smmfunction, kMaxBlocks> tiled[2]{};  // [wide tile][block]
+  if (tiles > 1) {
+    kernels_for(tile, leaf_rows, tiled[0]);
+    if (wide_tiles > 0) kernels_for(tile + 1, leaf_rows, tiled[1]);
+    if (!tiles_keep_bits(s, m, n, leaf_rows, a.ld, b.ld, ldc, tiles, whole[0], tiled)) tiles = 1;
   }
+  if (tiles == 1) tile = m;
   const int depth = leaf_tree_depth(leaves);
+  // Slot d of the tree at depth d (slot 0 is c); with tiles, one more for the short leaf whole.
+  const int scratch_slots = depth - 1 + (tiles > 1 && short_leaf ? 1 : 0);
   for_column_blocks(s, [&](std::size_t block, std::int64_t first, std::int64_t width) {
-    std::vector<std::vector<float>>& nodes = tree_scratch(depth - 1, static_cast<std::size_t>(m * ldc));
-    const auto slot = [&](int d) { return d == 0 ? c : nodes[static_cast<std::size_t>(d - 1)].data(); };
-    leaf_tree_sum(
-        leaves,
-        [&](std::int64_t l, int d) {
-          const libxsmm_smmfunction k = l == leaves - 1 && last_rows != leaf_rows ? last[block] : full[block];
-          const std::int64_t r = l * leaf_rows;
-          k(b.data + r * b.ld + first, a.data + r * a.ld, slot(d) + first);
-          zero_upper();
-        },
-        [&](int dst, int src) {
-          float* to = slot(dst);
-          const float* from = slot(src);
-          for (std::int64_t i = 0; i < m; ++i) add_row(to + i * ldc + first, from + i * ldc + first, width);
-        });
+    std::vector<std::vector<float>>& nodes = tree_scratch(scratch_slots, static_cast<std::size_t>(m * ldc));
+    float* short_whole = tiles > 1 && short_leaf ? nodes[static_cast<std::size_t>(scratch_slots - 1)].data() : nullptr;
+    const std::int64_t last_first_row = (leaves - 1) * leaf_rows;
+    if (short_whole != nullptr) {  // the short leaf as gemm() computes it, copied tile by tile below
+      whole[1][block](b.data + last_first_row * b.ld + first, a.data + last_first_row * a.ld, short_whole + first);
+      zero_upper();
+    }
+    for (std::int64_t t = 0, t0 = 0; t < tiles; ++t) {
+      const int wide = t < wide_tiles ? 1 : 0;
+      const std::int64_t mt = tiles == 1 ? m : tile + wide;
+      const auto slot = [&](int d) { return d == 0 ? c + t0 * ldc : nodes[static_cast<std::size_t>(d - 1)].data(); };
+      leaf_tree_sum(
+          leaves,
+          [&](std::int64_t l, int d) {
+            const std::int64_t r = l * leaf_rows;
+            float* to = slot(d) + first;
+            if (short_leaf && l == leaves - 1) {
+              if (short_whole == nullptr) {
+                whole[1][block](b.data + r * b.ld + first, a.data + r * a.ld, to);
+                zero_upper();
+              } else {
+                for (std::int64_t i = 0; i < mt; ++i) {
+                  std::memcpy(to + i * ldc, short_whole + (t0 + i) * ldc + first, static_cast<std::size_t>(width) * sizeof(float));
+                }
+              }
+              return;
+            }
+            const libxsmm_smmfunction k = tiles == 1 ? whole[0][block] : tiled[wide][block];
+            k(b.data + r * b.ld + first, a.data + r * a.ld + t0, to);
+            zero_upper();
+          },
+          [&](int dst, int src) { add_rows(slot(dst) + first, slot(src) + first, mt, width, ldc); });
+      t0 += mt;
+    }
   });
   return true;
 }

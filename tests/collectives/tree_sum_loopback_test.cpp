@@ -82,6 +82,40 @@ TEST(TreeSum, SameBitsAsTheSerialTreeAtAnyRankCount) {
   }
 }
 
+// What DeterministicSync's grouped passes do: a rank hands over aligned nodes of its terms
+// (maximal_nodes of pieces of its ranges, as micro-batches cut them), each computed as the tree
+// of its terms; the sum has the bits of adding every term.
+TEST(TreeSum, NodesOfTermsAddAsTheirTerms) {
+  for (std::int64_t total : {1, 3, 5, 8, 17}) {
+    const auto terms = all_terms(total, 33);
+    const std::vector<float> expected = serial_tree_sum(terms);
+    for (int p = 1; p <= 5; ++p) {
+      for (Split split : {Split::contiguous, Split::round_robin, Split::skewed}) {
+        for (std::int64_t piece : {1, 2, 5}) {  // a micro-batch's terms: pieces of a range
+          const auto ranges = split_terms(total, p, split);
+          run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+            TreeSum sum(33);
+            sum.begin(total, ranges, comm.rank());
+            std::vector<std::vector<float>> held;  // lent nodes stay alive until finish()
+            for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())]) {
+              for (std::int64_t first = r.begin; first < r.end; first += piece) {
+                for (const TreeNode& n : maximal_nodes({{first, std::min(r.end, first + piece)}}, total)) {
+                  held.push_back(tree_node(terms, n.level, n.index));
+                  sum.add_node(n, held.back().data(), /*lend=*/held.size() % 2 == 0);
+                }
+              }
+            }
+            std::vector<float> result(33);
+            sum.finish(comm, result.data());
+            EXPECT_TRUE(same_float_bits(result, expected))
+                << "K=" << total << " P=" << p << " split=" << static_cast<int>(split) << " piece=" << piece;
+          });
+        }
+      }
+    }
+  }
+}
+
 TEST(TreeSum, ResultMayBeALentTerm) {
   const std::int64_t total = 6;
   const std::size_t count = 100;
@@ -218,6 +252,20 @@ TEST(TreeSum, RefusesTermsOutOfOrderAndAnEarlyFinish) {
     EXPECT_NE(error_of([&] { sum.add(3, x.data()); }).find("next term is none"), std::string::npos);
     sum.finish(comm, out.data());
     EXPECT_EQ(out, std::vector<float>(4, 3.0f));
+  });
+  // Nodes: not at the next term, past the end of the rank's range, outside the tree.
+  run_loopback_ranks(2, Tuning{}, [&](Communicator& comm) {
+    TreeSum sum(4);
+    sum.begin(8, {{{0, 3}}, {{3, 8}}}, comm.rank());
+    if (comm.rank() == 0) {
+      EXPECT_NE(error_of([&] { sum.add_node(TreeNode{1, 1}, x.data()); }).find("added terms [2, 4) where its next term is 0"),
+                std::string::npos);
+      EXPECT_NE(error_of([&] { sum.add_node(TreeNode{2, 0}, x.data()); })
+                    .find("added terms [0, 4) where its next term is 0, in a range ending at 3"),
+                std::string::npos);
+      EXPECT_NE(error_of([&] { sum.add_node(TreeNode{4, 0}, x.data()); }).find("is not in the tree of 8 terms"),
+                std::string::npos);
+    }
   });
 }
 

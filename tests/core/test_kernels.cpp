@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -129,6 +130,30 @@ TEST(Bias, AddAndAccumulate) {
   auto r = tensor_from_host<double>("r", {2}, {1, 1});
   accumulate_row_sums(y.matrix(2), r.data);
   EXPECT_EQ(to_host(r.data), (std::vector<double>{67, 76}));
+}
+
+// The bias gradient over micro-shard leaves: each leaf's column sums alone (into zeros, as a
+// micro-shard's written gradient), added pairwise over the leaf tree; bit for bit, and db is
+// overwritten. 7 rows in leaves of 3: leaves {0,1,2}, {3,4,5}, {6}: (l0 + l1) + l2.
+TEST(Bias, ColumnSumsOverLeavesAreTheTreeOfLeafSums) {
+  const auto hy = random_values<float>(7 * 5, 31, -1e3, 1e3);
+  const auto y = tensor_from_host<float>("y", {7, 5}, hy);
+  const auto db = tensor_from_host<float>("db", {5}, std::vector<float>(5, NAN));
+  column_sums_leaf_tree(3, y.matrix(7), db.data);
+  const auto got = to_host(db.data);
+  for (int j = 0; j < 5; ++j) {
+    float leaf[3] = {};
+    for (int r = 0; r < 7; ++r) leaf[r / 3] += hy[static_cast<std::size_t>(r * 5 + j)];
+    const float want = (leaf[0] + leaf[1]) + leaf[2];
+    EXPECT_EQ(std::memcmp(&got[static_cast<std::size_t>(j)], &want, sizeof(float)), 0) << "column " << j;
+  }
+  // one leaf: accumulate_column_sums into zeros
+  const auto one = tensor_from_host<float>("one", {5}, std::vector<float>(5, 0.F));
+  accumulate_column_sums(y.matrix(7), one.data);
+  column_sums_leaf_tree(16, y.matrix(7), db.data);
+  EXPECT_EQ(to_host(db.data), to_host(one.data));
+  EXPECT_THROW(column_sums_leaf_tree(0, y.matrix(7), db.data), Error);
+  EXPECT_THROW(column_sums_leaf_tree(3, y.matrix(7), make_tensor<float>("short", {4}).data), Error);
 }
 
 /// Mean cross-entropy and its gradient in double on the host.

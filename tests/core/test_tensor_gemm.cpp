@@ -5,12 +5,14 @@
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/gemm.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -242,6 +244,123 @@ TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
     double want = hb[3];
     for (int p = 0; p < 784; ++p) want += static_cast<double>(hx[static_cast<std::size_t>(p)]) * hw[3 * 784 + p];
     EXPECT_NEAR(runs[0][3], want, 1e-4 * (1.0 + std::fabs(want)));
+  }
+}
+
+// leaf_tree_sum builds coll::TreeSum's tree: node (l, i) = left + right, the left child alone
+// where the right holds no leaf. Spelled out as expressions for 1..9 leaves.
+TEST(LeafTree, SumsPairwiseInTreeSumsOrder) {
+  const auto tree = [](std::int64_t leaves) {
+    std::vector<std::string> slots(static_cast<std::size_t>(leaf_tree_depth(leaves)));
+    leaf_tree_sum(
+        leaves, [&](std::int64_t l, int d) { slots.at(static_cast<std::size_t>(d)) = std::to_string(l); },
+        [&](int dst, int src) {
+          auto& to = slots.at(static_cast<std::size_t>(dst));
+          to = "(" + to + "+" + slots.at(static_cast<std::size_t>(src)) + ")";
+        });
+    return slots[0];
+  };
+  EXPECT_EQ(tree(1), "0");
+  EXPECT_EQ(tree(2), "(0+1)");
+  EXPECT_EQ(tree(3), "((0+1)+2)");
+  EXPECT_EQ(tree(4), "((0+1)+(2+3))");
+  EXPECT_EQ(tree(5), "(((0+1)+(2+3))+4)");
+  EXPECT_EQ(tree(6), "(((0+1)+(2+3))+(4+5))");
+  EXPECT_EQ(tree(7), "(((0+1)+(2+3))+((4+5)+6))");
+  EXPECT_EQ(tree(8), "(((0+1)+(2+3))+((4+5)+(6+7)))");
+  EXPECT_EQ(tree(9), "((((0+1)+(2+3))+((4+5)+(6+7)))+8)");
+  EXPECT_EQ(leaf_tree_depth(8), 4);
+  EXPECT_EQ(leaf_tree_depth(9), 5);
+  EXPECT_THROW(leaf_tree_sum(0, [](std::int64_t, int) {}, [](int, int) {}), Error);
+}
+
+/// What gemm_tn_leaf_tree must give: each leaf's a_l^T b_l by gemm() alone, added pairwise over
+/// the tree, in float.
+std::vector<float> leaf_tree_reference(std::int64_t leaf, std::int64_t rows, std::int64_t m, std::int64_t n,
+                                       const Vec<float>& a, const Vec<float>& b) {
+  const std::int64_t leaves = (rows + leaf - 1) / leaf;
+  std::vector<std::vector<float>> slots(static_cast<std::size_t>(leaf_tree_depth(leaves)));
+  leaf_tree_sum(
+      leaves,
+      [&](std::int64_t l, int d) {
+        const std::int64_t r = std::min(leaf, rows - l * leaf);
+        Vec<float> c("c", static_cast<std::size_t>(m * n));
+        gemm(Trans::yes, Trans::no, 1.F, Matrix<float>(a.data() + l * leaf * m, r, m),
+             Matrix<float>(b.data() + l * leaf * n, r, n), 0.F, as_matrix(c, m, n));
+        slots[static_cast<std::size_t>(d)] = to_host(c);
+      },
+      [&](int dst, int src) {
+        auto& to = slots[static_cast<std::size_t>(dst)];
+        const auto& from = slots[static_cast<std::size_t>(src)];
+        for (std::size_t i = 0; i < to.size(); ++i) to[i] += from[i];
+      });
+  return slots[0];
+}
+
+class LeafTreeGemm : public ::testing::TestWithParam<GemmBackend> {
+ protected:
+  void SetUp() override {
+    if (!gemm_backend_built(GetParam())) GTEST_SKIP() << "no " << gemm_backend_name(GetParam());
+  }
+};
+
+// Bit for bit the tree of the leaves' separate products (so deterministic training's grouped
+// passes equal a pass per micro-shard), and near the float64 product; shapes with a short last
+// leaf, one leaf, fewer rows than a leaf, odd m and n, the MLP's fc1 (m over libxsmm's 64-row
+// tiles) at 1 and 2 threads; c starts as NaN (written, not added to).
+TEST_P(LeafTreeGemm, EqualsTheTreeOfSeparateProductsBitForBit) {
+  const GemmBackendScope scope(GetParam());
+  const int threads_before = std::max(1, blas_threads());
+  for (const auto& [rows, m, n, leaf] : std::vector<std::tuple<int, int, int, int>>{
+           {64, 512, 784, 16}, {40, 17, 300, 16}, {16, 10, 256, 16}, {5, 3, 4, 8}, {100, 70, 33, 7}, {129, 130, 65, 16}}) {
+    const auto ha = random_values<float>(static_cast<std::size_t>(rows * m), 21);
+    const auto hb = random_values<float>(static_cast<std::size_t>(rows * n), 22);
+    const auto a = tensor_from_host<float>("a", {rows, m}, ha);
+    const auto b = tensor_from_host<float>("b", {rows, n}, hb);
+    const std::vector<float> want = leaf_tree_reference(leaf, rows, m, n, a.data, b.data);
+    for (const int threads : {1, 2}) {
+      set_blas_threads(threads);
+      const auto c = tensor_from_host<float>("c", {m, n}, std::vector<float>(static_cast<std::size_t>(m * n), NAN));
+      gemm_tn_leaf_tree<float>(leaf, as_matrix(a.data, rows, m), as_matrix(b.data, rows, n), as_matrix(c.data, m, n));
+      const std::vector<float> got = to_host(c.data);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << rows << " rows, m " << m << ", n " << n << ", leaves of " << leaf << ", " << threads << " threads";
+      for (const int i : {0, m / 2, m - 1}) {
+        for (const int j : {0, n - 1}) {
+          double exact = 0;
+          for (int r = 0; r < rows; ++r) exact += static_cast<double>(ha[r * m + i]) * hb[r * n + j];
+          EXPECT_NEAR(got[i * n + j], exact, 1e-5 * rows);
+        }
+      }
+    }
+    set_blas_threads(threads_before);
+  }
+  const auto v = make_tensor<float>("v", {64});
+  EXPECT_THROW(gemm_tn_leaf_tree<float>(0, as_matrix(v.data, 2, 3), as_matrix(v.data, 2, 3), as_matrix(v.data, 3, 3)),
+               Error);
+  EXPECT_THROW(gemm_tn_leaf_tree<float>(4, as_matrix(v.data, 2, 3), as_matrix(v.data, 3, 3), as_matrix(v.data, 3, 3)),
+               Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LeafTreeGemm, ::testing::ValuesIn(all_gemm_backends()),
+                         [](const ::testing::TestParamInfo<GemmBackend>& info) {
+                           return std::string(gemm_backend_name(info.param));
+                         });
+
+TEST(LeafTreeGemm, DoubleTakesTheGenericPath) {
+  const auto ha = random_values<double>(30 * 4, 23);
+  const auto hb = random_values<double>(30 * 5, 24);
+  const auto a = tensor_from_host<double>("a", {30, 4}, ha);
+  const auto b = tensor_from_host<double>("b", {30, 5}, hb);
+  const auto c = make_tensor<double>("c", {4, 5});
+  gemm_tn_leaf_tree<double>(8, as_matrix(a.data, 30, 4), as_matrix(b.data, 30, 5), as_matrix(c.data, 4, 5));
+  const auto got = to_host(c.data);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 5; ++j) {
+      double exact = 0;
+      for (int r = 0; r < 30; ++r) exact += ha[r * 4 + i] * hb[r * 5 + j];
+      EXPECT_NEAR(got[i * 5 + j], exact, 1e-12);
+    }
   }
 }
 

@@ -23,9 +23,13 @@ import h5py
 import numpy as np
 
 
-def run(cmd, **kw):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+def run(cmd, extra_env=None, expect_failure=False, **kw):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", **(extra_env or {}))
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if expect_failure:
+        if p.returncode == 0:
+            sys.exit("expected a failure, got exit 0: %s\n%s" % (" ".join(cmd), p.stdout))
+        return p.stdout
     if p.returncode != 0:
         sys.exit("FAILED (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stdout))
     return p.stdout
@@ -97,7 +101,7 @@ def main():
     micro_shard = int(common[common.index("--micro-shard") + 1])
     common += ["--data", train, "--eval-data", test, "--log-every", "0", "--seed", "7"]
 
-    def train_run(tag, np_, extra, deterministic=True):
+    def train_run(tag, np_, extra, deterministic=True, extra_env=None):
         ckpt = os.path.join(work, "ckpt-" + tag)
         shutil.rmtree(ckpt, ignore_errors=True)  # a fresh run each time the test runs
         metrics = os.path.join(work, "metrics-%s.jsonl" % tag)
@@ -105,7 +109,7 @@ def main():
               ["--checkpoint-dir", ckpt, "--metrics", metrics] + extra
         if deterministic:
             cmd.append("--deterministic")
-        out = run(cmd)
+        out = run(cmd, extra_env)
         m = re.findall(r"final parameter checksum xxh3:([0-9a-f]{16})", out)
         if len(m) != 1:
             sys.exit("no checksum line in the output of %s:\n%s" % (tag, out))
@@ -167,6 +171,19 @@ def main():
             failures.append("micro-shards of 32 and 16 gave the same bytes: the micro-shard is not in effect")
         if "3 micro-shards per global batch: 1 of the 4 ranks hold none" not in wide4["out"]:
             failures.append("np 4 at micro-shard 32: no idle-rank note:\n" + wide4["out"])
+
+    # The MLP runs grouped passes (a pass per aligned node of a rank's micro-shards, the dense
+    # gradients summed over the micro-shard leaves in the kernels); a pass per micro-shard must
+    # give the same bytes. The CNN, ResNet and transformer have layers without leaf rows and run
+    # a pass per micro-shard either way.
+    if a.model == "mlp":
+        passes = train_run("passes-ms-np3", 3, [], extra_env={"HPCTRAIN_DETERMINISTIC_PASSES": "micro-shard"})
+        if not same(passes, runs[1]):
+            failures.append("HPCTRAIN_DETERMINISTIC_PASSES=micro-shard at np 3 differs from grouped passes at np 1")
+        bad = run([a.mpiexec, "-n", "2", "--oversubscribe", hp, "train"] + common + ["--deterministic", "--max-steps", "1"],
+                  extra_env={"HPCTRAIN_DETERMINISTIC_PASSES": "bogus"}, expect_failure=True)
+        if bad.count("HPCTRAIN_DETERMINISTIC_PASSES='bogus'") != 1:
+            failures.append("an unknown HPCTRAIN_DETERMINISTIC_PASSES: not named exactly once:\n" + bad)
 
     # Elastic: np 4 checkpoints at `half`; resume at np 3 and np 1; compare with np 2.
     first = train_run("np4-full", 4, ["--checkpoint-every", str(half)])
