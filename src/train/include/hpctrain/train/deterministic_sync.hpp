@@ -16,7 +16,8 @@
 /// (core::gemm_tn_leaf_tree) and goes to the TreeSum as one node. Same bits as a pass per
 /// micro-shard, without a whole gradient vector per micro-shard or the adds between them.
 /// HPCTRAIN_DETERMINISTIC_PASSES=micro-shard runs a pass per micro-shard always (comparisons,
-/// tests); =grouped (the default) groups where the model allows. Costs: the micro-shards' own forward/backward passes, one add (or copy) of
+/// tests); =grouped (the default) groups where the model allows. Costs (per micro-shard passes;
+/// grouped passes replace the whole vector per micro-shard and its add by adds in cache): the micro-shards' own forward/backward passes, one add (or copy) of
 /// each term, a ring all-reduce's bytes when each rank's micro-shards form an aligned subtree;
 /// no overlap with backward; with device gradients one device-to-host copy per micro-shard.
 
