@@ -206,7 +206,7 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--micro-shard", o.micro_shard,
                    "--deterministic: samples per micro-shard (the unit of work a rank computes on its own). "
                    "The bytes depend on it, never on the rank count; ranks beyond global batch / micro-shard "
-                   "idle. Larger is faster (MLP at P = 2: 16 costs about 17 %, 32 about 6 %, 64 about 3 %): "
+                   "idle. Larger is faster (MLP at P = 2: 16 costs 14-17 %, 32 4-6 %, 64 about 3 %): "
                    "global batch / the most ranks the run will use is the fastest that keeps every "
                    "rank busy (docs/deterministic.md)")
       ->capture_default_str();
