@@ -111,7 +111,7 @@ void column_sums_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& dy, const Ve
   const Vec<T> nodes(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hpctrain::column_sums_leaf_tree"),
                      static_cast<std::size_t>((leaf_tree_depth(leaves) - 1) * cols));
   const auto slot = [&](int d) {
-    return d == 0 ? db : Vec<T>(Kokkos::subview(nodes, std::make_pair((d - 1) * cols, d * cols)));
+    return d == 0 ? db : slice(nodes, (d - 1) * cols, cols);
   };
   leaf_tree_sum(
       leaves,

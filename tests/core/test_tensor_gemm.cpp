@@ -297,12 +297,8 @@ std::vector<float> leaf_tree_reference(std::int64_t leaf, std::int64_t rows, std
   return slots[0];
 }
 
-class LeafTreeGemm : public ::testing::TestWithParam<GemmBackend> {
- protected:
-  void SetUp() override {
-    if (!gemm_backend_built(GetParam())) GTEST_SKIP() << "no " << gemm_backend_name(GetParam());
-  }
-};
+/// Skips a backend this build lacks, as LinearForward does.
+class LeafTreeGemm : public LinearForward {};
 
 // Bit for bit the tree of the leaves' separate products (so deterministic training's grouped
 // passes equal a pass per micro-shard), and near the float64 product; shapes with a short last

@@ -82,20 +82,9 @@ class DeterministicSync::Terms {
     }
     model_.begin_gradients();
   }
-  /// After micro-shard `term`'s backward: hands its gradient to the sum.
-  void collect(std::int64_t term) {
-    if constexpr (kHostGradients) {
-      sum_.add(term, current_, /*lend=*/true);
-      current_ = nullptr;
-    } else {
-      host_.resize(count_);
-      Kokkos::deep_copy(HostFloats(host_.data(), count_), model_.gradient_buffer());
-      sum_.add(term, host_.data());
-    }
-  }
-  /// After the backward of a pass over an aligned node of micro-shards (grouped passes): hands
-  /// the node's gradient to the sum.
-  void collect_node(const coll::TreeNode& node) {
+  /// After the backward of a pass over an aligned node of micro-shards (one micro-shard: node
+  /// {0, term}; grouped passes: several): hands the node's gradient to the sum.
+  void collect(const coll::TreeNode& node) {
     if constexpr (kHostGradients) {
       sum_.add_node(node, current_, /*lend=*/true);
       current_ = nullptr;
@@ -189,7 +178,7 @@ void DeterministicSync::accumulate(const MicroBatch& micro) {
       losses_[static_cast<std::size_t>(term)] =
           pass_->forward_loss(model_, step_.index, micro.sample_position + position, step_.samples());
       model_.backward(pass_->dlogits, false);
-      terms_->collect(term);
+      terms_->collect(coll::TreeNode{0, term});
     }
   }
   term_base_ += micro_shard_count(step_.batch_sizes.at(micro_++), micro_shard_);
@@ -222,7 +211,7 @@ void DeterministicSync::accumulate_grouped(const MicroBatch& micro) {
     pass_->forward_leaf_losses(model_, step_.index, micro.sample_position + first, step_.samples(), micro_shard_,
                                losses_.data() + node_first);
     model_.backward(pass_->dlogits, false);
-    terms_->collect_node(node);
+    terms_->collect(node);
   }
 }
 
