@@ -235,17 +235,36 @@ void Communicator::broadcast(void* buf, std::size_t count, DataType type, int ro
   impl_->run_broadcast(buf, count, type, root, impl_->sequence++);
 }
 
-void Communicator::exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs) {
+namespace {
+void check_exchange(const char* what, const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                    int size) {
   for (const auto* list : {&sends, &recvs}) {
     for (const PeerBuffer& m : *list) {
-      HPCTRAIN_REQUIRE(m.peer >= 0 && m.peer < size(), "exchange: peer " + std::to_string(m.peer) +
-                                                           " outside [0, " + std::to_string(size()) + ")");
-      HPCTRAIN_REQUIRE(m.data != nullptr || m.bytes == 0, "exchange: a message of " + std::to_string(m.bytes) +
-                                                              " bytes with a null buffer");
+      HPCTRAIN_REQUIRE(m.peer >= 0 && m.peer < size, std::string(what) + ": peer " + std::to_string(m.peer) +
+                                                         " outside [0, " + std::to_string(size) + ")");
+      HPCTRAIN_REQUIRE(m.data != nullptr || m.bytes == 0, std::string(what) + ": a message of " +
+                                                              std::to_string(m.bytes) + " bytes with a null buffer");
     }
   }
+}
+}  // namespace
+
+void Communicator::exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs) {
+  check_exchange("exchange", sends, recvs, size());
   impl_->drain();
   impl_->run_exchange(sends, recvs, impl_->sequence++);
+}
+
+Work Communicator::iexchange(std::vector<PeerBuffer> sends, std::vector<PeerBuffer> recvs,
+                             std::function<void()> then) {
+  check_exchange("iexchange", sends, recvs, size());
+  const std::uint64_t seq = impl_->sequence++;
+  Impl* impl = impl_.get();
+  return Work(impl->progress_engine().submit(
+      [impl, seq, sends = std::move(sends), recvs = std::move(recvs), then = std::move(then)] {
+        impl->run_exchange(sends, recvs, seq);
+        if (then) then();
+      }));
 }
 
 void Communicator::barrier() {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "hpctrain/base/error.hpp"
@@ -139,6 +140,12 @@ void TreeSum::begin(std::int64_t total_terms, const std::vector<std::vector<Term
     nodes_.clear();
     for (const auto& r : ranges_) nodes_.push_back(maximal_nodes(r, total_));
   }
+  if (!work_.empty()) {  // a sum whose finish failed: let its collectives end before reusing buffers
+    (void)wait_all();
+    work_.clear();
+  }
+  segments_.clear();
+  chain_.clear();
   rank_ = rank;
   stack_.clear();
   used_slots_ = 0;
@@ -170,7 +177,7 @@ bool TreeSum::is_slot(const float* data) const noexcept {
 
 void TreeSum::add(std::int64_t term, float* data, bool lend) { add_node(TreeNode{0, term}, data, lend); }
 
-void TreeSum::add_node(const TreeNode& node, float* data, bool lend) {
+void TreeSum::push_node(const TreeNode& node, float* data) {
   // The node's terms must be this rank's next ones, inside one of its ranges.
   HPCTRAIN_REQUIRE(node.level >= 0 && node.level <= root_ && node.index >= 0,
                    "TreeSum::add_node: node (" + std::to_string(node.level) + ", " + std::to_string(node.index) +
@@ -197,14 +204,27 @@ void TreeSum::add_node(const TreeNode& node, float* data, bool lend) {
     HPCTRAIN_FAIL("TreeSum::add: rank " + std::to_string(rank_) + " added " + what + " where its next term is " + next);
   }
   added_ += count;
-  // The merges this term sets off form a chain (each adds the node above into the one below);
-  // run it in cache-sized chunks, so every vector is read once.
+  // The merges this node sets off form a chain (each adds the node above into the one below).
   stack_.push_back(Held{node, data});
   chain_.clear();
   settle(stack_, total_, root_, [&](Held& below, Held& top) {
     chain_.emplace_back(below.data, top.data);
     if (is_slot(top.data)) free_.push_back(top.data);  // read by the chain below, reused only later
   });
+}
+
+void TreeSum::run_chain(std::size_t offset, std::size_t n) {
+  // In cache-sized chunks, so every vector is read once.
+  constexpr std::size_t kChunk = 4096;  // 16 KiB per vector
+  for (std::size_t c = offset; c < offset + n; c += kChunk) {
+    const std::size_t m = std::min(kChunk, offset + n - c);
+    for (const auto& [dst, src] : chain_) add_into(dst + c, src + c, m);
+  }
+}
+
+void TreeSum::add_node(const TreeNode& node, float* data, bool lend) {
+  HPCTRAIN_REQUIRE(segments_.empty(), "TreeSum::add_node after finish_segment: call begin() first");
+  push_node(node, data);
   if (chain_.empty()) {
     if (!lend) {  // the new node stays: keep a copy
       float* s = slot();
@@ -213,32 +233,55 @@ void TreeSum::add_node(const TreeNode& node, float* data, bool lend) {
     }
     return;
   }
-  constexpr std::size_t kChunk = 4096;  // 16 KiB per vector
-  for (std::size_t c = 0; c < count_; c += kChunk) {
-    const std::size_t n = std::min(kChunk, count_ - c);
-    for (const auto& [dst, src] : chain_) add_into(dst + c, src + c, n);
-  }
+  run_chain(0, count_);
+  chain_.clear();
 }
 
-void TreeSum::finish(Communicator& comm, float* result) {
+void TreeSum::add_last_node(const TreeNode& node, float* data) {
+  HPCTRAIN_REQUIRE(segments_.empty(), "TreeSum::add_last_node after finish_segment: call begin() first");
+  push_node(node, data);  // its merges wait in chain_ for finish_segment()
+  HPCTRAIN_REQUIRE(added_ == expected_, "TreeSum::add_last_node: rank " + std::to_string(rank_) + " has added " +
+                                            std::to_string(added_) + " of its " + std::to_string(expected_) +
+                                            " terms with this node: it is not the last");
+}
+
+void TreeSum::finish_segment(Communicator& comm, float* result, BlockRange segment) {
   HPCTRAIN_REQUIRE(comm.size() == static_cast<int>(ranges_.size()) && comm.rank() == rank_,
                    "TreeSum::finish: the communicator (rank " + std::to_string(comm.rank()) + " of " +
                        std::to_string(comm.size()) + ") is not the one begin() was given");
   HPCTRAIN_REQUIRE(added_ == expected_, "TreeSum::finish: rank " + std::to_string(rank_) + " added " +
                                             std::to_string(added_) + " of its " + std::to_string(expected_) +
                                             " terms");
+  const auto overlaps = [&](const BlockRange& o) {
+    return segment.offset < o.offset + o.count && o.offset < segment.offset + segment.count;
+  };
+  HPCTRAIN_REQUIRE(segment.offset + segment.count <= count_ &&
+                       std::none_of(segments_.begin(), segments_.end(), overlaps),
+                   "TreeSum::finish_segment: elements [" + std::to_string(segment.offset) + ", " +
+                       std::to_string(segment.offset + segment.count) + ") are outside the " +
+                       std::to_string(count_) + " or already finished");
+  if (segment.count == 0) return;
+  segments_.push_back(segment);
+  run_chain(segment.offset, segment.count);
   const int p = comm.size();
   if (p == 1) {
     HPCTRAIN_REQUIRE(stack_.size() == 1, "TreeSum: one rank holds every term but not one root node");
-    if (stack_[0].data != result) std::memcpy(result, stack_[0].data, count_ * sizeof(float));
+    float* out = result + segment.offset;
+    const float* in = stack_[0].data + segment.offset;
+    if (in != out) std::memcpy(out, in, segment.count * sizeof(float));
     return;
   }
-  // Block q of every maximal node to rank q; block rank() of the others' nodes to here.
-  const BlockRange mine = balanced_block(count_, p, rank_);
+  // Block q of the segment of every maximal node to rank q; block rank() of the others' to here.
+  const auto block = [&](int q) {
+    BlockRange b = balanced_block(segment.count, p, q);
+    b.offset += segment.offset;
+    return b;
+  };
+  const BlockRange mine = block(rank_);
   std::vector<PeerBuffer> sends, recvs;
   for (const Held& h : stack_) {
     for (int q = 0; q < p; ++q) {
-      const BlockRange b = balanced_block(count_, p, q);
+      const BlockRange b = block(q);
       if (q != rank_ && b.count) sends.push_back(PeerBuffer{q, h.data + b.offset, b.count * sizeof(float)});
     }
   }
@@ -246,7 +289,9 @@ void TreeSum::finish(Communicator& comm, float* result) {
   for (int r = 0; r < p; ++r) {
     if (r != rank_) others += nodes_[static_cast<std::size_t>(r)].size();
   }
-  received_.resize(others * mine.count);
+  if (received_.size() < segments_.size()) received_.resize(segments_.size());
+  std::vector<float>& received = received_[segments_.size() - 1];
+  received.resize(others * mine.count);
   // Every rank's nodes in term order, with where block rank() of each lies.
   std::vector<Held> all;
   std::size_t k = 0, own = 0;
@@ -256,24 +301,60 @@ void TreeSum::finish(Communicator& comm, float* result) {
         all.push_back(Held{n, stack_.at(own++).data + mine.offset});
         continue;
       }
-      float* at = received_.data() + k++ * mine.count;
+      float* at = received.data() + k++ * mine.count;
       if (mine.count) recvs.push_back(PeerBuffer{r, at, mine.count * sizeof(float)});
       all.push_back(Held{n, at});
     }
   }
-  comm.exchange(sends, recvs);
   std::sort(all.begin(), all.end(),
             [](const Held& a, const Held& b) { return first_term(a.node) < first_term(b.node); });
-  std::vector<Held> stack;
-  for (const Held& h : all) {
-    stack.push_back(h);
-    settle(stack, total_, root_, [&](Held& below, Held& top) { add_into(below.data, top.data, mine.count); });
-  }
-  HPCTRAIN_REQUIRE(stack.size() == 1 && stack[0].node == (TreeNode{root_, 0}),
-                   "TreeSum: the ranks' nodes do not form the tree of " + std::to_string(total_) + " terms");
+  // After the exchange, on the progress thread: the owner's adds, in the same tree.
   float* out = result + mine.offset;
-  if (mine.count && stack[0].data != out) std::memcpy(out, stack[0].data, mine.count * sizeof(float));
-  comm.iallgather_in_place(result, count_, DataType::f32).wait();
+  auto combine = [all = std::move(all), out, n = mine.count, total = total_, root = root_]() mutable {
+    std::vector<Held> stack;
+    for (const Held& h : all) {
+      stack.push_back(h);
+      settle(stack, total, root, [&](Held& below, Held& top) { add_into(below.data, top.data, n); });
+    }
+    HPCTRAIN_REQUIRE(stack.size() == 1 && stack[0].node == (TreeNode{root, 0}),
+                     "TreeSum: the ranks' nodes do not form the tree of " + std::to_string(total) + " terms");
+    if (n && stack[0].data != out) std::memcpy(out, stack[0].data, n * sizeof(float));
+  };
+  work_.push_back(comm.iexchange(std::move(sends), std::move(recvs), std::move(combine)));
+  work_.push_back(comm.iallgather_in_place(result + segment.offset, segment.count, DataType::f32));
 }
+
+std::exception_ptr TreeSum::wait_all() noexcept {
+  std::exception_ptr first;
+  for (Work& w : work_) {
+    try {
+      w.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  return first;
+}
+
+void TreeSum::wait_finished() {
+  const std::exception_ptr error = wait_all();
+  times_.clear();
+  for (std::size_t s = 0; s < work_.size() / 2; ++s) {
+    times_.push_back(SegmentTimes{segments_[s], work_[2 * s].started_at(), work_[2 * s + 1].finished_at()});
+  }
+  work_.clear();
+  if (error) std::rethrow_exception(error);
+  std::size_t covered = 0;
+  for (const BlockRange& s : segments_) covered += s.count;
+  HPCTRAIN_REQUIRE(covered == count_, "TreeSum::wait_finished: the finished segments cover " +
+                                          std::to_string(covered) + " of the " + std::to_string(count_) + " elements");
+}
+
+void TreeSum::finish(Communicator& comm, float* result) {
+  finish_segment(comm, result, BlockRange{0, count_});
+  wait_finished();
+}
+
+TreeSum::~TreeSum() { (void)wait_all(); }
 
 }  // namespace hpctrain::coll

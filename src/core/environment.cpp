@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -57,6 +58,30 @@ int blas_threads() {
   using GetThreads = int (*)();
   auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   return get ? get() : -1;
+}
+
+namespace {
+std::atomic<int> held_threads{0};
+
+int openmp_max_threads() {
+  using GetThreads = int (*)();
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  return get ? std::max(1, get()) : 1;
+}
+}  // namespace
+
+int held_kernel_threads() noexcept { return held_threads.load(std::memory_order_relaxed); }
+
+SingleThreadedLibraries::SingleThreadedLibraries()
+    : previous_blas_(hpctrain::blas_threads()), kernels_(openmp_max_threads()) {
+  HPCTRAIN_REQUIRE(held_threads.load() == 0, "SingleThreadedLibraries: one is already in force");
+  held_threads.store(kernels_);
+  blas_ = set_blas_threads(1);
+}
+
+SingleThreadedLibraries::~SingleThreadedLibraries() {
+  set_blas_threads(previous_blas_ > 0 ? previous_blas_ : kernels_);  // OpenMP's count too
+  held_threads.store(0);
 }
 
 namespace {

@@ -6,7 +6,8 @@
 // the other T - 1 threads, oneDNN's OpenMP team, spin. In a build with OpenMP
 // (HPCTRAIN_HAVE_OPENMP: host builds whose compiler has it) and a Serial execution space these
 // loops run on that team instead, with the thread count the Environment chose
-// (omp_set_num_threads). Every body is element-wise or an integer count, so the result has the
+// (omp_set_num_threads), also where deterministic training holds oneDNN at one thread
+// (held_kernel_threads). Every body is element-wise or an integer count, so the result has the
 // same bits at any thread count. Other execution spaces (Kokkos OpenMP, CUDA) keep Kokkos.
 
 #include <Kokkos_Core.hpp>
@@ -15,12 +16,26 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/tensor.hpp"
+
+#if defined(HPCTRAIN_HAVE_OPENMP)
+#include <omp.h>
+#endif
 
 namespace hpctrain::core::detail {
 
 /// Below this many elements a loop stays on the calling thread (a fork costs microseconds).
 inline constexpr std::int64_t kHostParallelMin = std::int64_t{1} << 15;
+
+#if defined(HPCTRAIN_HAVE_OPENMP)
+/// The team of kernels whose bits do not depend on their thread count: the count deterministic
+/// training holds for them (held_kernel_threads), else the OpenMP runtime's.
+inline int stable_kernel_team() {
+  const int held = held_kernel_threads();
+  return held > 0 ? held : omp_get_max_threads();
+}
+#endif
 
 /// Whether host_parallel_for runs on the OpenMP team (the build has OpenMP, Kokkos is Serial).
 constexpr bool host_loops_on_openmp() {
@@ -37,7 +52,7 @@ template <class Body>
 void host_parallel_for(const char* name, std::int64_t n, const Body& body) {
   if constexpr (host_loops_on_openmp()) {
 #if defined(HPCTRAIN_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (n >= kHostParallelMin)
+#pragma omp parallel for schedule(static) num_threads(stable_kernel_team()) if (n >= kHostParallelMin)
     for (std::int64_t i = 0; i < n; ++i) body(i);
 #endif
   } else {
@@ -52,7 +67,7 @@ std::int64_t host_parallel_count(std::int64_t n, std::int64_t chunk, const Count
   const std::int64_t chunks = (n + chunk - 1) / chunk;
   std::int64_t total = 0;
 #if defined(HPCTRAIN_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) reduction(+ : total) if (n >= kHostParallelMin)
+#pragma omp parallel for schedule(static) num_threads(stable_kernel_team()) reduction(+ : total) if (n >= kHostParallelMin)
 #endif
   for (std::int64_t c = 0; c < chunks; ++c) total += count(c * chunk, std::min(n, (c + 1) * chunk));
   return total;

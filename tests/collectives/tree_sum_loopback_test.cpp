@@ -3,7 +3,8 @@
 // ranks (contiguous, several ranges per rank, empty ranks), lent or copied, for vectors shorter
 // than a rank count and longer than the merge chunk; it stays within pairwise summation's bound
 // of the float64 sum; bad ranges and out-of-order terms are refused with the reason. Also the
-// exchange collective it rests on, and maximal_nodes on hand-worked cases.
+// exchange collective it rests on (blocking and not), maximal_nodes on hand-worked cases, and
+// the sum finished in segments while its last term is still being written.
 
 #include <gtest/gtest.h>
 
@@ -181,6 +182,84 @@ TEST(TreeSum, TermsComputedInItsOwnStorage) {
   }
 }
 
+// What DeterministicSync does with host gradients: the rank's last term goes to the sum with
+// add_last_node() before its backward has written it, and the sum is finished segment by
+// segment (last layers first, uneven, one empty) as the elements are written; the bits are the
+// serial tree's, and the elements of a segment not yet written are never read.
+TEST(TreeSum, SegmentsFinishWithTheWholeSumsBits) {
+  for (std::size_t count : {std::size_t{7}, std::size_t{9001}}) {
+    const std::vector<BlockRange> segments = {
+        {count - count / 4, count / 4}, {count / 3 + 1, count - count / 4 - count / 3 - 1}, {count / 3 + 1, 0},
+        {0, count / 3 + 1}};
+    for (std::int64_t total : {1, 3, 5, 8, 17}) {
+      const std::vector<float> expected = serial_tree_sum(all_terms(total, count));
+      for (int p = 1; p <= 5; ++p) {
+        for (Split split : {Split::contiguous, Split::round_robin, Split::skewed}) {
+          const auto ranges = split_terms(total, p, split);
+          run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+            TreeSum sum(count);
+            for (int round = 0; round < 2; ++round) {  // the second reuses the slots and buffers
+              sum.begin(total, ranges, comm.rank());
+              std::vector<float> own(count, std::numeric_limits<float>::quiet_NaN());
+              std::vector<std::int64_t> mine;
+              for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())])
+                for (std::int64_t t = r.begin; t < r.end; ++t) mine.push_back(t);
+              float* last = nullptr;
+              std::vector<float> last_term;
+              for (std::size_t i = 0; i < mine.size(); ++i) {
+                float* at = i == 0 ? own.data() : sum.term_buffer();
+                if (i + 1 == mine.size()) {  // unwritten (NaN) until its segment is finished
+                  std::fill(at, at + count, std::numeric_limits<float>::quiet_NaN());
+                  sum.add_last_node(TreeNode{0, mine[i]}, at);
+                  last = at;
+                  last_term = tree_term(mine[i], count);
+                  break;
+                }
+                const std::vector<float> term = tree_term(mine[i], count);
+                std::copy(term.begin(), term.end(), at);
+                sum.add(mine[i], at, /*lend=*/true);
+              }
+              for (const BlockRange& s : segments) {
+                if (last != nullptr) std::copy_n(last_term.begin() + s.offset, s.count, last + s.offset);
+                sum.finish_segment(comm, own.data(), s);
+              }
+              sum.wait_finished();
+              EXPECT_TRUE(same_float_bits(own, expected))
+                  << "K=" << total << " count=" << count << " P=" << p << " split=" << static_cast<int>(split)
+                  << " rank " << comm.rank() << " round " << round;
+              const std::size_t spans = p == 1 ? 0 : 3;  // the empty segment moves nothing
+              EXPECT_EQ(sum.segment_times().size(), spans);
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST(TreeSum, RefusesANodeThatIsNotTheLastAndSegmentsThatDoNotTile) {
+  std::vector<float> x(4, 1.0f), y(4, 2.0f), out(4);
+  run_loopback_ranks(1, Tuning{}, [&](Communicator& comm) {
+    TreeSum sum(4);
+    sum.begin(2, {{{0, 2}}}, 0);
+    EXPECT_NE(error_of([&] { sum.add_last_node(TreeNode{0, 0}, x.data()); }).find("it is not the last"),
+              std::string::npos);
+    sum.begin(2, {{{0, 2}}}, 0);
+    sum.add(0, x.data(), /*lend=*/true);
+    EXPECT_NE(error_of([&] { sum.finish_segment(comm, out.data(), BlockRange{0, 4}); }).find("added 1 of its 2 terms"),
+              std::string::npos);
+    sum.add_last_node(TreeNode{0, 1}, y.data());
+    sum.finish_segment(comm, out.data(), BlockRange{1, 2});
+    EXPECT_NE(error_of([&] { sum.finish_segment(comm, out.data(), BlockRange{2, 2}); }).find("already finished"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { sum.finish_segment(comm, out.data(), BlockRange{3, 2}); }).find("outside the 4"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { sum.wait_finished(); }).find("cover 2 of the 4 elements"), std::string::npos);
+    EXPECT_EQ(out[1], 3.0f);
+    EXPECT_EQ(out[2], 3.0f);
+  });
+}
+
 TEST(TreeSum, TermBufferAfterTheLastTermIsRefused) {
   run_loopback_ranks(1, Tuning{}, [&](Communicator& comm) {
     TreeSum sum(4);
@@ -306,6 +385,33 @@ TEST(Exchange, EveryMessageArrivesInOrder) {
             ASSERT_EQ(in[j][i], value(q, me, k, i)) << "P=" << p << " from " << q << " to " << me << " message " << k;
         }
       }
+    });
+  }
+}
+
+// iexchange: the messages move on the progress thread, `then` runs there once they have
+// arrived and before the collective queued after it (an all-gather of what `then` computed).
+TEST(Exchange, NonBlockingRunsThenBeforeWhatIsQueuedAfter) {
+  for (int p = 1; p <= 4; ++p) {
+    run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+      const int me = comm.rank();
+      std::vector<float> out(100), in(static_cast<std::size_t>(p) * 100), sums(static_cast<std::size_t>(p), -1.0f);
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(me + 1);
+      std::vector<PeerBuffer> sends, recvs;
+      for (int q = 0; q < p; ++q) {
+        sends.push_back(PeerBuffer{q, out.data(), out.size() * sizeof(float)});
+        recvs.push_back(PeerBuffer{q, in.data() + q * 100, 100 * sizeof(float)});
+      }
+      Work exchanged = comm.iexchange(sends, recvs, [&] {
+        float total = 0.0f;
+        for (const float v : in) total += v;
+        sums[static_cast<std::size_t>(me)] = total;
+      });
+      Work gathered = comm.iallgather_in_place(sums.data(), sums.size(), DataType::f32);
+      exchanged.wait();
+      gathered.wait();
+      const float want = 100.0f * static_cast<float>(p * (p + 1) / 2);
+      EXPECT_EQ(sums, std::vector<float>(static_cast<std::size_t>(p), want)) << "P=" << p << " rank " << me;
     });
   }
 }

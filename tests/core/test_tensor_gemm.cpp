@@ -199,6 +199,37 @@ TEST(GemmBackendChoice, EnvironmentAndBuildDecideTheDefault) {
   }
 }
 
+// Deterministic training's threads: OpenBLAS and the OpenMP runtime (oneDNN) on one thread,
+// the thread-count-independent kernels on the count in force before; both restored after; a
+// second one at once is refused.
+TEST(SingleThreadedLibraries, HoldsTheLibrariesAtOneAndKeepsTheKernelsThreads) {
+  const int before = std::max(1, blas_threads());
+  set_blas_threads(2);
+  ASSERT_EQ(held_kernel_threads(), 0);
+  {
+    const SingleThreadedLibraries single;
+    EXPECT_EQ(single.kernel_threads(), 2);
+    EXPECT_EQ(held_kernel_threads(), 2);
+    if (blas_threads() >= 0) {  // OpenBLAS
+      EXPECT_EQ(blas_threads(), 1);
+      EXPECT_EQ(single.blas_threads(), 1);
+    }
+    std::string error = "no error";
+    try {
+      const SingleThreadedLibraries again;
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("one is already in force"), std::string::npos) << error;
+    EXPECT_EQ(held_kernel_threads(), 2);
+  }
+  EXPECT_EQ(held_kernel_threads(), 0);
+  if (blas_threads() >= 0) {
+    EXPECT_EQ(blas_threads(), 2);
+  }
+  set_blas_threads(before);
+}
+
 // libxsmm splits c's columns over the rank's threads; no element's sum is split, so the bits do
 // not depend on the thread count (deterministic mode and `predict` rely on it). The dense
 // layers' three products at a 16-row micro-shard of the MLP and at 128 rows, 1 thread vs 2.

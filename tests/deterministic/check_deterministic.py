@@ -8,7 +8,8 @@ checkpoint manifest records), and the same evaluation loss and accuracy (metrics
 precision). Elastic: a run at np 4 checkpoints half-way; resumed at np 3 and at np 1 it must
 finish byte-identical to the uninterrupted np 2 run. A control (MLP) shows the comparison can
 fail: without --deterministic, np 1 and np 3 end with different bytes. Every run uses one BLAS
-thread per rank (OPENBLAS_NUM_THREADS=1) so oversubscribed ranks do not fight over the cores.
+thread per rank (OPENBLAS_NUM_THREADS=1) so oversubscribed ranks do not fight over the cores,
+but one at np 1 with two threads per rank, which must give the same bytes.
 """
 import argparse
 import json
@@ -184,6 +185,15 @@ def main():
                   extra_env={"HPCTRAIN_DETERMINISTIC_PASSES": "bogus"}, expect_failure=True)
         if bad.count("HPCTRAIN_DETERMINISTIC_PASSES='bogus'") != 1:
             failures.append("an unknown HPCTRAIN_DETERMINISTIC_PASSES: not named exactly once:\n" + bad)
+
+    # Threads inside a rank: OpenBLAS and oneDNN stay on one thread, hpctrain's own kernels whose
+    # bits do not depend on their thread count (libxsmm's column blocks, element-wise loops, the
+    # optimiser) run on the rank's two; the bytes must equal one thread's.
+    two = train_run("threads2-np1", 1, [], extra_env={"HPCTRAIN_THREADS_PER_RANK": "2"})
+    if not same(two, runs[1]):
+        failures.append("np 1 with 2 threads per rank differs from np 1 with 1")
+    if "oneDNN: 1, thread-count-independent kernels: 2" not in two["out"]:
+        failures.append("2 threads per rank: the start-up line does not give the kernels' threads:\n" + two["out"])
 
     # Elastic: np 4 checkpoints at `half`; resume at np 3 and np 1; compare with np 2.
     first = train_run("np4-full", 4, ["--checkpoint-every", str(half)])

@@ -82,6 +82,17 @@ class DeterministicSync::Terms {
     }
     model_.begin_gradients();
   }
+  /// Whether the sum can finish segments while this rank's last pass is back-propagating
+  /// (host gradients: the layers write the term in place).
+  static constexpr bool overlaps() { return kHostGradients; }
+  /// Before the backward of this rank's last pass of the step (overlaps() only): hands its node
+  /// to the sum, whose segments finish_segment() then finishes as the layers write them.
+  void collect_last(const coll::TreeNode& node) { sum_.add_last_node(node, current_); }
+  /// Collective, non-blocking: finishes gradient elements `segment` into the model's buffer
+  /// (after collect_last() and the backward of the segment's layers; overlaps() only).
+  void finish_segment(coll::Communicator& comm, coll::BlockRange segment) {
+    sum_.finish_segment(comm, model_.gradient_buffer().data(), segment);
+  }
   /// After the backward of a pass over an aligned node of micro-shards (one micro-shard: node
   /// {0, term}; grouped passes: several): hands the node's gradient to the sum.
   void collect(const coll::TreeNode& node) {
@@ -95,18 +106,21 @@ class DeterministicSync::Terms {
     }
   }
   /// Collective: the tree sum over all ranks' micro-shards, written into the model's gradient
-  /// buffer (to which the layers' gradient views are bound again).
-  void finish(coll::Communicator& comm) {
+  /// buffer (to which the layers' gradient views are bound again): finishes `rest` (the segments
+  /// not finished during the backward) and waits for all.
+  void finish(coll::Communicator& comm, const std::vector<coll::BlockRange>& rest) {
     const core::Vec<float>& grads = model_.gradient_buffer();
     if constexpr (kHostGradients) {
       model_.redirect_gradients(core::Vec<float>());
-      sum_.finish(comm, grads.data());
+      for (const coll::BlockRange& segment : rest) sum_.finish_segment(comm, grads.data(), segment);
+      sum_.wait_finished();
     } else {
       host_.resize(count_);
       sum_.finish(comm, host_.data());
       Kokkos::deep_copy(grads, ConstHostFloats(host_.data(), count_));
     }
   }
+  const std::vector<coll::TreeSum::SegmentTimes>& segment_times() const noexcept { return sum_.segment_times(); }
 
  private:
   static constexpr bool kHostGradients = Kokkos::SpaceAccessibility<Kokkos::HostSpace, core::MemSpace>::accessible;
@@ -147,10 +161,22 @@ class GradientLeaves {
 }  // namespace
 
 DeterministicSync::DeterministicSync(coll::Communicator& comm, models::Sequential<float>& model,
-                                     std::int64_t micro_shard, Timeline* timeline)
+                                     std::int64_t micro_shard, Timeline* timeline, const DataParallelOptions& parallel)
     : comm_(comm), model_(model), trainable_(optimiser_mask(model)), micro_shard_(micro_shard), timeline_(timeline),
       terms_(std::make_unique<Terms>(model)), pass_(std::make_unique<Pass>()),
-      grouped_(model.supports_gradient_leaves() && grouped_deterministic_passes_from_environment()) {}
+      grouped_(model.supports_gradient_leaves() && grouped_deterministic_passes_from_environment()) {
+  // The tree sum's segments: DataParallel's buckets, when they tile the gradient buffer.
+  std::vector<GradientBucket> buckets = plan_gradient_buckets(model.parameter_info(), parallel);
+  std::int64_t end = model.parameter_count();
+  for (const GradientBucket& b : buckets) {
+    if (b.offset + b.count != end) {
+      buckets.assign(1, GradientBucket{0, model.parameter_count(), 0});
+      break;
+    }
+    end = b.offset;
+  }
+  segments_ = std::move(buckets);
+}
 
 DeterministicSync::~DeterministicSync() = default;
 
@@ -158,6 +184,7 @@ void DeterministicSync::begin_step(const OptimizerStep& step) {
   step_ = step;
   micro_ = 0;
   term_base_ = 0;
+  next_segment_ = 0;
   total_terms_ = terms_->begin_step(step.batch_sizes, micro_shard_, comm_.rank(), comm_.size());
   losses_.assign(static_cast<std::size_t>(total_terms_), 0.0);
 }
@@ -165,8 +192,9 @@ void DeterministicSync::begin_step(const OptimizerStep& step) {
 void DeterministicSync::accumulate(const MicroBatch& micro) {
   const auto t_start = std::chrono::steady_clock::now();
   const std::size_t count = micro.batch.count;
+  const bool last_micro_batch = micro_ + 1 == step_.batch_sizes.size();
   if (grouped_) {
-    accumulate_grouped(micro);
+    accumulate_grouped(micro, last_micro_batch);
   } else {
     const auto shard = static_cast<std::size_t>(micro_shard_);
     for (std::size_t first = 0; first < count; first += shard) {
@@ -177,26 +205,43 @@ void DeterministicSync::accumulate(const MicroBatch& micro) {
       const std::int64_t term = term_base_ + (micro.offset_in_batch + position) / micro_shard_;
       losses_[static_cast<std::size_t>(term)] =
           pass_->forward_loss(model_, step_.index, micro.sample_position + position, step_.samples());
-      model_.backward(pass_->dlogits, false);
-      terms_->collect(coll::TreeNode{0, term});
+      backward_and_collect(coll::TreeNode{0, term}, last_micro_batch && first + shard >= count);
     }
   }
   term_base_ += micro_shard_count(step_.batch_sizes.at(micro_++), micro_shard_);
   Kokkos::fence();
+  backward_end_ = std::chrono::steady_clock::now();
   record_ = micro.record && timeline_;
-  if (record_) {
-    timeline_->add(Span{"micro-shards forward/backward", "compute", 0, t_start, std::chrono::steady_clock::now()});
-  }
+  if (record_) timeline_->add(Span{"micro-shards forward/backward", "compute", 0, t_start, backward_end_});
 }
 
-void DeterministicSync::accumulate_grouped(const MicroBatch& micro) {
+void DeterministicSync::backward_and_collect(const coll::TreeNode& node, bool last) {
+  if (!last || !Terms::overlaps()) {
+    model_.backward(pass_->dlogits, false);
+    terms_->collect(node);
+    return;
+  }
+  // This rank's last pass of the step: the sum finishes each segment (a bucket of layers) as
+  // soon as the backward has written it, overlapping the rest of the backward.
+  terms_->collect_last(node);
+  model_.backward(pass_->dlogits, false, [this](std::size_t layer_done) {
+    while (next_segment_ < segments_.size() && segments_[next_segment_].ready_after_layer >= layer_done) {
+      Kokkos::fence();
+      const GradientBucket& b = segments_[next_segment_++];
+      terms_->finish_segment(comm_, coll::BlockRange{static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.count)});
+    }
+  });
+}
+
+void DeterministicSync::accumulate_grouped(const MicroBatch& micro, bool last_micro_batch) {
   const auto count = static_cast<std::int64_t>(micro.batch.count);
   if (count == 0) return;
   // This micro-batch's micro-shards on this rank, [first_term, end_term), as aligned nodes.
   const std::int64_t first_term = term_base_ + micro.offset_in_batch / micro_shard_;
   const std::int64_t end_term = first_term + micro_shard_count(count, micro_shard_);
   const GradientLeaves leaves(model_, micro_shard_);
-  for (const coll::TreeNode& node : coll::maximal_nodes({coll::TermRange{first_term, end_term}}, total_terms_)) {
+  const std::vector<coll::TreeNode> nodes = coll::maximal_nodes({coll::TermRange{first_term, end_term}}, total_terms_);
+  for (const coll::TreeNode& node : nodes) {
     const std::int64_t node_first = node.index << node.level;
     const std::int64_t node_end = std::min((node.index + 1) << node.level, total_terms_);
     HPCTRAIN_REQUIRE(node_first >= first_term && node_end <= end_term,
@@ -210,14 +255,19 @@ void DeterministicSync::accumulate_grouped(const MicroBatch& micro) {
     terms_->start_term();
     pass_->forward_leaf_losses(model_, step_.index, micro.sample_position + first, step_.samples(), micro_shard_,
                                losses_.data() + node_first);
-    model_.backward(pass_->dlogits, false);
-    terms_->collect(node);
+    backward_and_collect(node, last_micro_batch && &node == &nodes.back());
   }
 }
 
 double DeterministicSync::finish_step() {
   const auto t_sum = std::chrono::steady_clock::now();
-  terms_->finish(comm_);
+  std::vector<coll::BlockRange> rest;
+  for (; next_segment_ < segments_.size(); ++next_segment_) {
+    const GradientBucket& b = segments_[next_segment_];
+    rest.push_back(coll::BlockRange{static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.count)});
+  }
+  terms_->finish(comm_, rest);
+  for (const auto& t : terms_->segment_times()) overlap_observed_ = overlap_observed_ || t.started < backward_end_;
   // One slot per micro-shard, exact all-reduce (one non-zero term per slot), summed in
   // micro-shard order; rank 0 holds the whole loss, so the ranks' shares sum to it.
   comm_.allreduce(losses_.data(), losses_.size(), coll::ReduceOp::sum);
@@ -225,7 +275,13 @@ double DeterministicSync::finish_step() {
   for (const double l : losses_) total += l;
   loss_ = comm_.rank() == 0 ? total : 0.0;
   const auto t_end = std::chrono::steady_clock::now();
-  if (record_) timeline_->add(Span{"tree gradient sum", "allreduce", 0, t_sum, t_end});
+  if (record_) {
+    timeline_->add(Span{"tree gradient sum (wait)", "allreduce", 0, t_sum, t_end});
+    for (const auto& t : terms_->segment_times()) {
+      timeline_->add(Span{"tree sum segment (" + std::to_string(t.segment.count * sizeof(float) / 1024) + " KiB)",
+                          "allreduce", 1, t.started, t.finished});
+    }
+  }
   return std::chrono::duration<double>(t_end - t_sum).count();
 }
 

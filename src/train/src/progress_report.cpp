@@ -68,11 +68,13 @@ void ProgressReport::print_start(const RunDescription& run) const {
   if (o.deterministic) {
     const std::int64_t shards = micro_shard_count(o.global_batch, o.micro_shard);
     std::printf("hpctrain: deterministic mode: micro-shards of %lld samples (%lld per global batch), "
-                "gradients summed in float over a fixed tree on the micro-shard index, BLAS threads per rank: %s\n",
+                "gradients summed in float over a fixed tree on the micro-shard index, BLAS threads per rank: %s, "
+                "oneDNN: 1, thread-count-independent kernels: %d\n",
                 static_cast<long long>(o.micro_shard),
                 static_cast<long long>(shards),
                 run.blas_threads < 0 ? "not OpenBLAS (set its thread count to 1 yourself)"
-                                     : std::to_string(run.blas_threads).c_str());
+                                     : std::to_string(run.blas_threads).c_str(),
+                run.kernel_threads);
     if (shards < comm_.size()) {
       std::printf("hpctrain: note: %lld micro-shards per global batch: %lld of the %d ranks hold none and only "
                   "wait (a smaller --micro-shard keeps every rank busy, with other bytes)\n",

@@ -31,7 +31,8 @@ struct RunDescription {
   std::int64_t total_steps = 0;
   std::int64_t steps_per_epoch = 0;
   std::size_t gradient_buckets = 0;
-  int blas_threads = 0;  ///< deterministic mode's BLAS thread count (-1: not OpenBLAS)
+  int blas_threads = 0;    ///< deterministic mode's BLAS thread count (-1: not OpenBLAS)
+  int kernel_threads = 0;  ///< deterministic mode's thread count of the thread-independent kernels
   bool data_in_memory = false;  ///< the training split was copied into memory
 };
 

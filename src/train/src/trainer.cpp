@@ -127,7 +127,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(const TrainOptions& o, coll::Co
     return std::make_unique<ZeroSync>(comm, model, zero, &timeline);
   }
   if (o.deterministic) {
-    return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, &timeline);
+    return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, &timeline, parallel);
   }
 #if defined(KOKKOS_ENABLE_CUDA) && defined(HPCTRAIN_HAVE_CUDA_COLLECTIVES)
   // CUDA gradients: the buckets' device all-reduce stages through this rank's GPU (every
@@ -137,27 +137,6 @@ std::unique_ptr<GradientSync> make_gradient_sync(const TrainOptions& o, coll::Co
   return std::make_unique<BucketedAllreduceSync>(comm, model, parallel, &timeline);
 }
 
-/// Sets the BLAS thread count for the duration of a run (0: leaves it alone) and restores the
-/// previous count afterwards, so a caller's later BLAS use is not changed behind its back.
-class BlasThreadsOverride {
- public:
-  explicit BlasThreadsOverride(int threads) {
-    if (threads > 0) {
-      previous_ = blas_threads();
-      now_ = set_blas_threads(threads);
-    }
-  }
-  ~BlasThreadsOverride() {
-    if (previous_ > 0) set_blas_threads(previous_);
-  }
-  BlasThreadsOverride(const BlasThreadsOverride&) = delete;
-  BlasThreadsOverride& operator=(const BlasThreadsOverride&) = delete;
-  /// The count in force (-1: the BLAS is not OpenBLAS; 0: not overridden).
-  int threads() const noexcept { return now_; }
-
- private:
-  int previous_ = 0, now_ = 0;
-};
 
 /// The model `o.model` describes, checked against the data sets' sample shape and classes, not
 /// yet finalised (models::plan_model): its parameters are allocated after the memory check.
@@ -379,9 +358,10 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   Timeline timeline(!o.timeline_path.empty());
   const std::size_t gradient_buckets = plan_gradient_buckets(model->parameter_info(), o.parallel).size();
   broadcast_parameters(comm, ParameterBuffers::of(*model));
-  // Deterministic mode: BLAS on one thread (its gemm split changes the bits) and whole
-  // micro-shards per rank.
-  const BlasThreadsOverride blas_override(o.deterministic ? 1 : 0);
+  // Deterministic mode: OpenBLAS and oneDNN on one thread (their split changes the bits), the
+  // thread-count-independent kernels on the rank's threads, and whole micro-shards per rank.
+  std::optional<SingleThreadedLibraries> single_threaded;
+  if (o.deterministic) single_threaded.emplace();
   const io::EpochPlan plan(reader.info().count, o.global_batch, comm.rank(), comm.size(), o.seed, o.drop_last,
                            /*shuffle=*/true, o.deterministic ? o.micro_shard : 1, o.shuffle_block);
   const auto sync = make_gradient_sync(o, comm, *model, timeline);
@@ -406,7 +386,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
   ProgressReport report(o, comm, schedule, schedule.total_steps);
   report.print_start(RunDescription{model->parameter_count(), plan.count(), schedule.total_steps,
                                     (plan.batches_per_epoch() + o.accumulate - 1) / o.accumulate, gradient_buckets,
-                                    blas_override.threads(), in_memory.has_value()});
+                                    single_threaded ? single_threaded->blas_threads() : 0,
+                                    single_threaded ? single_threaded->kernel_threads() : 0, in_memory.has_value()});
 
   TrainingLoop loop{o, comm, train_source, in_memory ? 0 : o.prefetch_depth, eval_reader, *model, plan, *sync, *optimizer, schedule, timeline,
                     checkpoints, report, start.step, ThroughputMeter(start.step, o.warmup_steps_for_throughput),

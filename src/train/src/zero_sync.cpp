@@ -21,7 +21,7 @@ namespace {
 
 std::unique_ptr<GradientSync> make_inner(coll::Communicator& comm, models::Sequential<float>& model,
                                          const ZeroOptions& o, Timeline* timeline, const ShardLayout& layout) {
-  if (o.deterministic) return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, timeline);
+  if (o.deterministic) return std::make_unique<DeterministicSync>(comm, model, o.micro_shard, timeline, o.parallel);
   DataParallelOptions p = o.parallel;
   p.reduction = BucketReduction::reduce_scatter;
   if (o.stage == 1) return std::make_unique<BucketedAllreduceSync>(comm, model, p, timeline);

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -161,6 +162,12 @@ class Communicator {
   /// must have the same size; a message to oneself is copied. Collective (every rank calls it,
   /// with empty lists where it moves nothing) and blocking.
   void exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs);
+  /// Non-blocking exchange(): queued on the progress thread like the other non-blocking
+  /// collectives; when the messages have moved, `then` (if given) runs on the progress thread
+  /// in the same queued task, before anything queued later (a local step that reads what
+  /// arrived, e.g. TreeSum's adds; it must not call this communicator). Buffers untouched until
+  /// wait() returns; an error of the exchange skips `then` and is rethrown by wait().
+  Work iexchange(std::vector<PeerBuffer> sends, std::vector<PeerBuffer> recvs, std::function<void()> then = {});
   /// Copies root's `count` elements of `buf` to every rank.
   void broadcast(void* buf, std::size_t count, DataType type, int root);
   void barrier();

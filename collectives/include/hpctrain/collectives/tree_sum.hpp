@@ -12,22 +12,25 @@
 /// vector (coll::balanced_block) to rank b, which adds the nodes no rank holds whole, in the
 /// same tree; an in-place all-gather gives every rank the sum. Float addition commutes, so
 /// every node has the same bits whoever adds it: the result is the same at any P, over any
-/// transport and any all-gather algorithm.
+/// transport and any all-gather algorithm. Every element's sum involves that element alone, so
+/// the vector can be finished in segments (finish_segment()), each with the same bits, while
+/// the caller is still writing the others: the segment's blocks replace the vector's.
 ///
 /// Cost: no conversion; with one aligned maximal node per rank the bytes moved are a ring
 /// all-reduce's. Error: pairwise summation's, |sum - exact| <= ceil(lg K) * u * sum |x|
 /// (first order, u = 2^-24) for every element.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <utility>
 #include <vector>
 
+#include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/types.hpp"
 
 namespace hpctrain::coll {
-
-class Communicator;
 
 /// Terms [begin, end) of a TreeSum.
 struct TermRange {
@@ -83,17 +86,57 @@ class TreeSum {
   /// until finish() returns or begin() is called again.
   float* term_buffer();
 
+  /// Adds this rank's last node (terms as add_node()'s; lent) while its vector is still being
+  /// written: the sum only notes it. finish_segment() runs the merges it sets off segment by
+  /// segment, so a segment's finish can start as soon as the caller has written that segment
+  /// (data-parallel overlap: a backward writes the last layers' gradients first).
+  void add_last_node(const TreeNode& node, float* data);
+
+  /// Collective, non-blocking: finishes elements [segment.offset, segment.offset + count) of the
+  /// sum into `result`, with finish()'s bits. Now, on the calling thread: add_last_node()'s
+  /// merges over the segment. Then, queued on `comm`'s progress thread: the exchange of the
+  /// segment's blocks (coll::balanced_block of the segment), the owner's adds and the segment's
+  /// in-place all-gather. Every rank passes the same segments in the same order; they are
+  /// disjoint, and tile [0, count()) by wait_finished(). Every term must have been added; the
+  /// segment's elements of the terms and of `result` stay untouched until wait_finished().
+  void finish_segment(Communicator& comm, float* result, BlockRange segment);
+
+  /// Waits for every finish_segment() since begin(); rethrows the first error of their
+  /// collectives (after the others have ended); throws if the segments did not tile the vector.
+  void wait_finished();
+
   /// Collective: writes the sum of all K terms into `result` (`count` floats) on every rank.
   /// `result` may be a lent term. Every one of this rank's terms must have been added.
+  /// finish_segment() of the whole vector, then wait_finished().
   void finish(Communicator& comm, float* result);
 
+  /// When each segment's collectives ran on the progress thread, in finish_segment() order
+  /// (empty at P = 1, where nothing is exchanged). Valid after wait_finished().
+  struct SegmentTimes {
+    BlockRange segment;
+    std::chrono::steady_clock::time_point started, finished;
+  };
+  const std::vector<SegmentTimes>& segment_times() const noexcept { return times_; }
+
   std::size_t count() const noexcept { return count_; }
+
+  /// Waits for finish_segment()s still queued (their buffers are the sum's).
+  ~TreeSum();
+  TreeSum(const TreeSum&) = delete;
+  TreeSum& operator=(const TreeSum&) = delete;
 
  private:
   struct Held {
     TreeNode node;
     float* data;
   };
+  /// Checks that `node` holds this rank's next terms, pushes it and settles the stack; the
+  /// merges it sets off go to chain_, not yet run.
+  void push_node(const TreeNode& node, float* data);
+  /// Runs chain_'s merges over elements [offset, offset + n), in cache-sized chunks.
+  void run_chain(std::size_t offset, std::size_t n);
+  /// Waits for every queued finish_segment(); the first error, if any.
+  std::exception_ptr wait_all() noexcept;
   float* slot();  ///< a free slot of count_ floats
   bool is_slot(const float* data) const noexcept;
 
@@ -110,7 +153,10 @@ class TreeSum {
   std::vector<std::pair<float*, const float*>> chain_;  ///< add()'s merges (dst += src), reused
   std::int64_t added_ = 0;                    ///< terms added since begin()
   std::int64_t expected_ = 0;                 ///< this rank's terms
-  std::vector<float> received_;               ///< the other ranks' nodes, block rank() of each
+  std::vector<std::vector<float>> received_;  ///< per segment: the other ranks' nodes, block rank() of each
+  std::vector<BlockRange> segments_;          ///< finish_segment()s since begin()
+  std::vector<Work> work_;                    ///< their queued collectives (two per segment)
+  std::vector<SegmentTimes> times_;
 };
 
 }  // namespace hpctrain::coll

@@ -33,6 +33,31 @@ int set_blas_threads(int threads);
 /// The BLAS library's current thread count (OpenBLAS), or -1 when the BLAS is not OpenBLAS.
 int blas_threads();
 
+/// The thread count of hpctrain's own kernels whose bits do not depend on it (libxsmm's column
+/// blocks, the element-wise host loops, the optimiser; tests compare 1 and 2 threads bit for
+/// bit) while a SingleThreadedLibraries holds the others at one; 0 otherwise, when they run on
+/// the OpenMP runtime's count (omp_get_max_threads), which set_blas_threads sets.
+int held_kernel_threads() noexcept;
+
+/// Deterministic training's threads, for the duration of a run: OpenBLAS and oneDNN, whose
+/// bits depend on their thread count (oneDNN splits a weight gradient's batch reduction by it),
+/// on one thread (set_blas_threads(1)); hpctrain's thread-count-independent kernels keep the
+/// rank's threads (held_kernel_threads). Restores both afterwards. Not nested; one at a time.
+class SingleThreadedLibraries {
+ public:
+  SingleThreadedLibraries();
+  ~SingleThreadedLibraries();
+  SingleThreadedLibraries(const SingleThreadedLibraries&) = delete;
+  SingleThreadedLibraries& operator=(const SingleThreadedLibraries&) = delete;
+  /// OpenBLAS's count in force (1), or -1 when the BLAS is not OpenBLAS.
+  int blas_threads() const noexcept { return blas_; }
+  /// The threads of the thread-count-independent kernels (the rank's).
+  int kernel_threads() const noexcept { return kernels_; }
+
+ private:
+  int previous_blas_ = 0, blas_ = 0, kernels_ = 1;
+};
+
 /// How many threads each rank's compute libraries use, and why (the Environment decides once).
 struct ComputeThreads {
   int per_rank = 1;         ///< threads for OpenBLAS and oneDNN (OpenMP) on this rank

@@ -18,14 +18,18 @@
 /// HPCTRAIN_DETERMINISTIC_PASSES=micro-shard runs a pass per micro-shard always (comparisons,
 /// tests); =grouped (the default) groups where the model allows. Costs (per micro-shard passes;
 /// grouped passes replace the whole vector per micro-shard and its add by adds in cache): the micro-shards' own forward/backward passes, one add (or copy) of
-/// each term, a ring all-reduce's bytes when each rank's micro-shards form an aligned subtree;
-/// no overlap with backward; with device gradients one device-to-host copy per micro-shard.
+/// each term, a ring all-reduce's bytes when each rank's micro-shards form an aligned subtree.
+/// Host gradients: the sum is finished in segments (DataParallel's buckets), each started as
+/// soon as the rank's last backward of the step has written it (TreeSum::finish_segment; same
+/// bits). Device gradients: one device-to-host copy per micro-shard, the sum after the backward.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "hpctrain/collectives/tree_sum.hpp"
+#include "hpctrain/train/data_parallel.hpp"
 #include "hpctrain/train/gradient_sync.hpp"
 
 namespace hpctrain::train {
@@ -47,8 +51,10 @@ bool grouped_deterministic_passes_from_environment();
 
 class DeterministicSync final : public GradientSync {
  public:
+  /// `parallel`'s bucket sizes cut the gradient into the segments the tree sum finishes while
+  /// a rank's last pass of the step is still back-propagating (DataParallel's buckets).
   DeterministicSync(coll::Communicator& comm, models::Sequential<float>& model, std::int64_t micro_shard,
-                    Timeline* timeline);
+                    Timeline* timeline, const DataParallelOptions& parallel = {});
   ~DeterministicSync() override;
 
   void begin_step(const OptimizerStep& step) override;
@@ -57,13 +63,16 @@ class DeterministicSync final : public GradientSync {
   double step_loss() const override { return loss_; }
   std::int64_t count_nonfinite_gradient() const override;
   double apply(core::Optimizer<float>& optimizer, double lr, double clip_norm) override;
-  bool overlap_observed() const override { return false; }
+  bool overlap_observed() const override { return overlap_observed_; }
   /// The model's buffers (the tree sum's held nodes are not counted).
   HeldBytes held_bytes() const override;
 
  private:
   /// accumulate() with grouped passes: a forward/backward per aligned node of micro-shards.
-  void accumulate_grouped(const MicroBatch& micro);
+  void accumulate_grouped(const MicroBatch& micro, bool last_micro_batch);
+  /// The backward of a pass over `node`, and the node to the sum; `last`: this rank's last pass
+  /// of the step, whose backward starts finishing the sum's segments.
+  void backward_and_collect(const coll::TreeNode& node, bool last);
 
   class Terms;  // the tree sum of one step's micro-shard gradients
   struct Pass;  // the forward/backward workspace
@@ -81,6 +90,10 @@ class DeterministicSync final : public GradientSync {
   std::vector<double> losses_;     ///< one slot per micro-shard of the step
   std::int64_t total_terms_ = 0;   ///< micro-shards of the step (all ranks)
   bool grouped_ = false;           ///< a pass per node of micro-shards (see above)
+  std::vector<GradientBucket> segments_;  ///< the tree sum's segments, last layers first
+  std::size_t next_segment_ = 0;   ///< segments before it are finishing
+  std::chrono::steady_clock::time_point backward_end_;
+  bool overlap_observed_ = false;
   double loss_ = 0.0;
   bool record_ = false;
 };
