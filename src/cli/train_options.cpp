@@ -198,7 +198,8 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--config", a.config, "JSON file of option names and values; the command line overrides it");
   train.add_flag("--deterministic", o.deterministic,
                  "Bitwise-identical parameters at any rank count and across resumes at another rank count: "
-                 "fixed micro-shards, gradients summed over a fixed tree on the micro-shard index, BLAS on one thread (docs/deterministic.md)");
+                 "fixed micro-shards, gradients summed over a fixed tree on the micro-shard index, OpenBLAS and oneDNN on one "
+                 "thread (the other kernels keep --threads-per-rank; docs/deterministic.md)");
   train.add_flag("--sync-bn", o.sync_bn,
                  "Batch norm (resnet) normalises with the global batch's statistics (two small all-reduces per "
                  "batch-norm layer per step) instead of each rank's own samples; not with --deterministic "
@@ -206,7 +207,8 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
   train.add_option("--micro-shard", o.micro_shard,
                    "--deterministic: samples per micro-shard (the unit of work a rank computes on its own). "
                    "The bytes depend on it, never on the rank count; ranks beyond global batch / micro-shard "
-                   "idle. Larger is faster (MLP at P = 2: 16 costs 14-17 %, 32 4-6 %, 64 about 3 %): "
+                   "idle. Larger is faster (MLP at P = 2: 16 costs 14-25 %, 32 4-6 %, 64 about 3 %; at 1 rank x 2 "
+                   "threads 16 costs about 24 %): "
                    "global batch / the most ranks the run will use is the fastest that keeps every "
                    "rank busy (docs/deterministic.md)")
       ->capture_default_str();
