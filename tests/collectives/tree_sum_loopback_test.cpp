@@ -45,6 +45,31 @@ std::vector<std::vector<float>> all_terms(std::int64_t total, std::size_t count)
   return terms;
 }
 
+/// body(comm, count, total, ranges, expected) on loopback ranks, for every count, total, rank count
+/// 1..5 and split: the sweep of the tests that compute terms the way DeterministicSync does.
+using SplitBody = std::function<void(Communicator&, std::size_t count, std::int64_t total,
+                                     const std::vector<std::vector<TermRange>>& ranges, const std::vector<float>& expected)>;
+void for_each_split(const std::vector<std::size_t>& counts, const std::vector<std::int64_t>& totals,
+                    const SplitBody& body) {
+  for (const std::size_t count : counts) {
+    for (const std::int64_t total : totals) {
+      const std::vector<float> expected = serial_tree_sum(all_terms(total, count));
+      for (int p = 1; p <= 5; ++p) {
+        for (Split split : {Split::contiguous, Split::round_robin, Split::skewed}) {
+          const auto ranges = split_terms(total, p, split);
+          run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
+            const std::string where = "K=" + std::to_string(total) + " count=" + std::to_string(count) +
+                                      " P=" + std::to_string(p) + " split=" + std::to_string(static_cast<int>(split)) +
+                                      " rank " + std::to_string(comm.rank());
+            SCOPED_TRACE(where);
+            body(comm, count, total, ranges, expected);
+          });
+        }
+      }
+    }
+  }
+}
+
 TEST(TreeSum, MaximalNodesOfHandWorkedRanges) {
   using V = std::vector<TreeNode>;
   EXPECT_EQ(maximal_nodes({{0, 16}}, 16), (V{{4, 0}}));
@@ -141,45 +166,34 @@ TEST(TreeSum, ResultMayBeALentTerm) {
 // the result), every later one is written into term_buffer() and lent. The bits are the serial
 // tree's, and the storage handed out stays within workspace_floats(term_buffers = true).
 TEST(TreeSum, TermsComputedInItsOwnStorage) {
-  for (std::size_t count : {std::size_t{1}, std::size_t{9001}}) {
-    for (std::int64_t total : {1, 2, 3, 5, 8, 17}) {
-      const std::vector<float> expected = serial_tree_sum(all_terms(total, count));
-      for (int p = 1; p <= 5; ++p) {
-        for (Split split : {Split::contiguous, Split::round_robin, Split::skewed}) {
-          const auto ranges = split_terms(total, p, split);
-          run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
-            TreeSum sum(count);
-            for (int round = 0; round < 2; ++round) {  // the second reuses the slots
-              sum.begin(total, ranges, comm.rank());
-              std::vector<float> own(count, std::numeric_limits<float>::quiet_NaN());
-              std::set<const float*> handed_out;
-              bool first = true;
-              for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())]) {
-                for (std::int64_t t = r.begin; t < r.end; ++t) {
-                  float* at = own.data();
-                  if (!first) {
-                    at = sum.term_buffer();
-                    handed_out.insert(at);
-                  }
-                  first = false;
-                  const std::vector<float> term = tree_term(t, count);
-                  std::copy(term.begin(), term.end(), at);
-                  sum.add(t, at, /*lend=*/true);
-                }
-              }
-              sum.finish(comm, own.data());
-              EXPECT_TRUE(same_float_bits(own, expected))
-                  << "K=" << total << " count=" << count << " P=" << p << " split=" << static_cast<int>(split)
-                  << " rank " << comm.rank() << " round " << round;
-              EXPECT_LE(handed_out.size() * count,
-                        TreeSum::workspace_floats(count, total, ranges, comm.rank(), /*term_buffers=*/true))
-                  << "K=" << total << " P=" << p << " split=" << static_cast<int>(split) << " rank " << comm.rank();
-            }
-          });
+  for_each_split({1, 9001}, {1, 2, 3, 5, 8, 17}, [](Communicator& comm, std::size_t count, std::int64_t total,
+                                                    const std::vector<std::vector<TermRange>>& ranges,
+                                                    const std::vector<float>& expected) {
+    TreeSum sum(count);
+    for (int round = 0; round < 2; ++round) {  // the second reuses the slots
+      sum.begin(total, ranges, comm.rank());
+      std::vector<float> own(count, std::numeric_limits<float>::quiet_NaN());
+      std::set<const float*> handed_out;
+      bool first = true;
+      for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())]) {
+        for (std::int64_t t = r.begin; t < r.end; ++t) {
+          float* at = own.data();
+          if (!first) {
+            at = sum.term_buffer();
+            handed_out.insert(at);
+          }
+          first = false;
+          const std::vector<float> term = tree_term(t, count);
+          std::copy(term.begin(), term.end(), at);
+          sum.add(t, at, /*lend=*/true);
         }
       }
+      sum.finish(comm, own.data());
+      EXPECT_TRUE(same_float_bits(own, expected)) << "round " << round;
+      EXPECT_LE(handed_out.size() * count,
+                TreeSum::workspace_floats(count, total, ranges, comm.rank(), /*term_buffers=*/true));
     }
-  }
+  });
 }
 
 // What DeterministicSync does with host gradients: the rank's last term goes to the sum with
@@ -187,54 +201,44 @@ TEST(TreeSum, TermsComputedInItsOwnStorage) {
 // segment (last layers first, uneven, one empty) as the elements are written; the bits are the
 // serial tree's, and the elements of a segment not yet written are never read.
 TEST(TreeSum, SegmentsFinishWithTheWholeSumsBits) {
-  for (std::size_t count : {std::size_t{7}, std::size_t{9001}}) {
-    const std::vector<BlockRange> segments = {
-        {count - count / 4, count / 4}, {count / 3 + 1, count - count / 4 - count / 3 - 1}, {count / 3 + 1, 0},
-        {0, count / 3 + 1}};
-    for (std::int64_t total : {1, 3, 5, 8, 17}) {
-      const std::vector<float> expected = serial_tree_sum(all_terms(total, count));
-      for (int p = 1; p <= 5; ++p) {
-        for (Split split : {Split::contiguous, Split::round_robin, Split::skewed}) {
-          const auto ranges = split_terms(total, p, split);
-          run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {
-            TreeSum sum(count);
-            for (int round = 0; round < 2; ++round) {  // the second reuses the slots and buffers
-              sum.begin(total, ranges, comm.rank());
-              std::vector<float> own(count, std::numeric_limits<float>::quiet_NaN());
-              std::vector<std::int64_t> mine;
-              for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())])
-                for (std::int64_t t = r.begin; t < r.end; ++t) mine.push_back(t);
-              float* last = nullptr;
-              std::vector<float> last_term;
-              for (std::size_t i = 0; i < mine.size(); ++i) {
-                float* at = i == 0 ? own.data() : sum.term_buffer();
-                if (i + 1 == mine.size()) {  // unwritten (NaN) until its segment is finished
-                  std::fill(at, at + count, std::numeric_limits<float>::quiet_NaN());
-                  sum.add_last_node(TreeNode{0, mine[i]}, at);
-                  last = at;
-                  last_term = tree_term(mine[i], count);
-                  break;
-                }
-                const std::vector<float> term = tree_term(mine[i], count);
-                std::copy(term.begin(), term.end(), at);
-                sum.add(mine[i], at, /*lend=*/true);
-              }
-              for (const BlockRange& s : segments) {
-                if (last != nullptr) std::copy_n(last_term.begin() + s.offset, s.count, last + s.offset);
-                sum.finish_segment(comm, own.data(), s);
-              }
-              sum.wait_finished();
-              EXPECT_TRUE(same_float_bits(own, expected))
-                  << "K=" << total << " count=" << count << " P=" << p << " split=" << static_cast<int>(split)
-                  << " rank " << comm.rank() << " round " << round;
-              const std::size_t spans = p == 1 ? 0 : 3;  // the empty segment moves nothing
-              EXPECT_EQ(sum.segment_times().size(), spans);
-            }
-          });
+  for_each_split({7, 9001}, {1, 3, 5, 8, 17}, [](Communicator& comm, std::size_t count, std::int64_t total,
+                                                 const std::vector<std::vector<TermRange>>& ranges,
+                                                 const std::vector<float>& expected) {
+    const std::vector<BlockRange> segments = {{count - count / 4, count / 4},
+                                              {count / 3 + 1, count - count / 4 - count / 3 - 1},
+                                              {count / 3 + 1, 0},
+                                              {0, count / 3 + 1}};
+    TreeSum sum(count);
+    for (int round = 0; round < 2; ++round) {  // the second reuses the slots and buffers
+      sum.begin(total, ranges, comm.rank());
+      std::vector<float> own(count, std::numeric_limits<float>::quiet_NaN());
+      std::vector<std::int64_t> mine;
+      for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())])
+        for (std::int64_t t = r.begin; t < r.end; ++t) mine.push_back(t);
+      float* last = nullptr;
+      std::vector<float> last_term;
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        float* at = i == 0 ? own.data() : sum.term_buffer();
+        if (i + 1 == mine.size()) {  // unwritten (NaN) until its segment is finished
+          std::fill(at, at + count, std::numeric_limits<float>::quiet_NaN());
+          sum.add_last_node(TreeNode{0, mine[i]}, at);
+          last = at;
+          last_term = tree_term(mine[i], count);
+          break;
         }
+        const std::vector<float> term = tree_term(mine[i], count);
+        std::copy(term.begin(), term.end(), at);
+        sum.add(mine[i], at, /*lend=*/true);
       }
+      for (const BlockRange& s : segments) {
+        if (last != nullptr) std::copy_n(last_term.begin() + s.offset, s.count, last + s.offset);
+        sum.finish_segment(comm, own.data(), s);
+      }
+      sum.wait_finished();
+      EXPECT_TRUE(same_float_bits(own, expected)) << "round " << round;
+      EXPECT_EQ(sum.segment_times().size(), comm.size() == 1 ? 0U : 3U);  // the empty segment moves nothing
     }
-  }
+  });
 }
 
 TEST(TreeSum, RefusesANodeThatIsNotTheLastAndSegmentsThatDoNotTile) {
