@@ -34,6 +34,19 @@ void check_buffers(const char* op, const void* send, const void* recv, std::size
   }
 }
 
+/// Every message's peer is a rank and its buffer is non-null unless empty.
+void check_exchange(const char* what, const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                    int size) {
+  for (const auto* list : {&sends, &recvs}) {
+    for (const PeerBuffer& m : *list) {
+      HPCTRAIN_REQUIRE(m.peer >= 0 && m.peer < size, std::string(what) + ": peer " + std::to_string(m.peer) +
+                                                         " outside [0, " + std::to_string(size) + ")");
+      HPCTRAIN_REQUIRE(m.data != nullptr || m.bytes == 0, std::string(what) + ": a message of " +
+                                                              std::to_string(m.bytes) + " bytes with a null buffer");
+    }
+  }
+}
+
 /// Reduce-scatter and all-gather run the ring, the halving/doubling schedule (Algorithm::
 /// rabenseifner), shm or hierarchical; anything else is refused on the calling thread, before
 /// any message.
@@ -234,20 +247,6 @@ void Communicator::broadcast(void* buf, std::size_t count, DataType type, int ro
   impl_->drain();
   impl_->run_broadcast(buf, count, type, root, impl_->sequence++);
 }
-
-namespace {
-void check_exchange(const char* what, const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
-                    int size) {
-  for (const auto* list : {&sends, &recvs}) {
-    for (const PeerBuffer& m : *list) {
-      HPCTRAIN_REQUIRE(m.peer >= 0 && m.peer < size, std::string(what) + ": peer " + std::to_string(m.peer) +
-                                                         " outside [0, " + std::to_string(size) + ")");
-      HPCTRAIN_REQUIRE(m.data != nullptr || m.bytes == 0, std::string(what) + ": a message of " +
-                                                              std::to_string(m.bytes) + " bytes with a null buffer");
-    }
-  }
-}
-}  // namespace
 
 void Communicator::exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs) {
   check_exchange("exchange", sends, recvs, size());

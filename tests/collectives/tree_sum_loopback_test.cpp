@@ -420,5 +420,21 @@ TEST(Exchange, NonBlockingRunsThenBeforeWhatIsQueuedAfter) {
   }
 }
 
+// Bad messages are refused on the calling thread, before anything moves, naming the call.
+TEST(Exchange, RefusesAPeerOutsideTheRanksAndANullBuffer) {
+  run_loopback_ranks(2, Tuning{}, [&](Communicator& comm) {
+    float x = 0.0f;
+    const std::vector<PeerBuffer> none;
+    EXPECT_NE(error_of([&] { comm.exchange({PeerBuffer{2, &x, 4}}, none); }).find("exchange: peer 2 outside [0, 2)"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { comm.iexchange(none, {PeerBuffer{-1, &x, 4}}); }).find("iexchange: peer -1 outside [0, 2)"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { comm.iexchange({PeerBuffer{0, nullptr, 8}}, none); })
+                  .find("iexchange: a message of 8 bytes with a null buffer"),
+              std::string::npos);
+    comm.iexchange(none, none).wait();  // nothing was queued by the refused calls: an empty one completes
+  });
+}
+
 }  // namespace
 }  // namespace hpctrain::coll
