@@ -45,7 +45,7 @@
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/base/vector_clones.hpp"
-#include "hpctrain/core/environment.hpp"
+#include "host_parallel.hpp"
 #include "hpctrain/core/leaf_tree.hpp"
 
 #include <immintrin.h>
@@ -114,8 +114,7 @@ Blocks column_blocks(std::int64_t columns, double flops) {
   Blocks b{columns, count, vectors / count, vectors % count, 1};
 #ifdef HPCTRAIN_HAVE_OPENMP
   if (flops >= kParallelFlops && omp_in_parallel() == 0) {
-    const int held = held_kernel_threads();  // deterministic training's (its bits do not depend on it)
-    b.threads = static_cast<int>(std::min<std::int64_t>(held > 0 ? held : omp_get_max_threads(), b.count));
+    b.threads = static_cast<int>(std::min<std::int64_t>(detail::stable_kernel_team(), b.count));  // bits independent of it
   }
 #endif
   return b;

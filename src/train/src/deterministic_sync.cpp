@@ -16,6 +16,11 @@
 namespace hpctrain::train {
 
 namespace {
+/// The gradient elements of a bucket, as the tree sum's segment.
+coll::BlockRange elements_of(const GradientBucket& b) {
+  return coll::BlockRange{static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.count)};
+}
+
 using HostFloats = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 using ConstHostFloats = Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 }  // namespace
@@ -227,8 +232,7 @@ void DeterministicSync::backward_and_collect(const coll::TreeNode& node, bool la
   model_.backward(pass_->dlogits, false, [this](std::size_t layer_done) {
     while (next_segment_ < segments_.size() && segments_[next_segment_].ready_after_layer >= layer_done) {
       Kokkos::fence();
-      const GradientBucket& b = segments_[next_segment_++];
-      terms_->finish_segment(comm_, coll::BlockRange{static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.count)});
+      terms_->finish_segment(comm_, elements_of(segments_[next_segment_++]));
     }
   });
 }
@@ -262,10 +266,7 @@ void DeterministicSync::accumulate_grouped(const MicroBatch& micro, bool last_mi
 double DeterministicSync::finish_step() {
   const auto t_sum = std::chrono::steady_clock::now();
   std::vector<coll::BlockRange> rest;
-  for (; next_segment_ < segments_.size(); ++next_segment_) {
-    const GradientBucket& b = segments_[next_segment_];
-    rest.push_back(coll::BlockRange{static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.count)});
-  }
+  for (; next_segment_ < segments_.size(); ++next_segment_) rest.push_back(elements_of(segments_[next_segment_]));
   terms_->finish(comm_, rest);
   for (const auto& t : terms_->segment_times()) overlap_observed_ = overlap_observed_ || t.started < backward_end_;
   // One slot per micro-shard, exact all-reduce (one non-zero term per slot), summed in
