@@ -155,7 +155,7 @@ void for_column_blocks(const Blocks& b, const Body& body) {
 __attribute__((target("avx"))) void zero_upper() { _mm256_zeroupper(); }
 
 std::vector<float>& scratch(int which) {
-  thread_local std::vector<float> buffers[2];
+  thread_local std::vector<float> buffers[3];
   return buffers[which];
 }
 
@@ -264,23 +264,41 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
   // c = a b^T: column-major t[m x n] = at[m x k] (b as stored: column-major [k x n]). The kernel
   // reads a register block of b's rows at once; where their stride is a multiple of 1 KiB they
   // fall into a few L1 sets and evict each other (the MLP's 256 x 512 weight: 66 GFLOP/s at 16
-  // rows against oneDNN's 81, which packs b), so those go to oneDNN.
-  if (m > kMaxRows || std::max(n, k) > kMaxInner || b.ld % kAliasingStride == 0) return false;
-  if (!block_kernels(s, kernels, [&](std::int64_t width) { return kernel(m, width, k, m, b.ld, m, 0.0F, false); })) {
+  // rows against oneDNN's 81, which packs b), so those go to oneDNN, except in deterministic
+  // training (held_kernel_threads() > 0), which holds oneDNN at one thread: there b's rows are
+  // first copied, block by block on the block's thread, to a stride 16 floats longer (n x k
+  // floats against the product's 2 m n k flops; 94 GFLOP/s against oneDNN's 106 on one thread
+  // for the MLP's 128 x 256 x 512), and the kernels read the copy on the rank's threads. The
+  // choice depends on whether training is deterministic, never on the thread count.
+  if (m > kMaxRows || std::max(n, k) > kMaxInner) return false;
+  const bool aliasing = b.ld % kAliasingStride == 0;
+  if (aliasing && held_kernel_threads() == 0) return false;
+  const std::int64_t ldb = aliasing ? b.ld + kVector : b.ld;
+  if (!block_kernels(s, kernels, [&](std::int64_t width) { return kernel(m, width, k, m, ldb, m, 0.0F, false); })) {
     return false;
   }
   std::vector<float>& at = scratch(0);
   std::vector<float>& t = scratch(1);
+  std::vector<float>& padded = scratch(2);
   at.resize(static_cast<std::size_t>(m * k));
   t.resize(static_cast<std::size_t>(m * n));
+  if (aliasing) padded.resize(static_cast<std::size_t>(n * ldb));
   // a row-major [m x k] is column-major [k x m] with leading dimension a.ld; out: [m x k], ld m
   libxsmm_otrans(at.data(), a.data, sizeof(float), static_cast<libxsmm_blasint>(k),
                  static_cast<libxsmm_blasint>(m), static_cast<libxsmm_blasint>(a.ld),
                  static_cast<libxsmm_blasint>(m));
   const float* at_data = at.data();
   float* t_data = t.data();
+  float* padded_data = padded.data();
   for_column_blocks(s, [&](std::size_t block, std::int64_t first, std::int64_t count) {
-    kernels[block](at_data, b.data + first * b.ld, t_data + first * m);
+    const float* rows = b.data + first * b.ld;
+    if (aliasing) {
+      for (std::int64_t j = first; j < first + count; ++j) {
+        std::memcpy(padded_data + j * ldb, b.data + j * b.ld, static_cast<std::size_t>(k) * sizeof(float));
+      }
+      rows = padded_data + first * ldb;
+    }
+    kernels[block](at_data, rows, t_data + first * m);
     zero_upper();
     for (std::int64_t i = 0; i < m; ++i) {
       float* row = c + i * ldc;

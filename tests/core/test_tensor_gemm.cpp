@@ -278,6 +278,49 @@ TEST(GemmLibxsmm, SameBitsAtOneAndTwoThreads) {
   }
 }
 
+// A dense forward whose weight rows are a multiple of 1 KiB apart (the MLP's fc2: 256 x 512)
+// goes to oneDNN in ordinary training; in deterministic training, which holds oneDNN at one
+// thread, libxsmm computes it from a copy of the weight at a longer stride on the rank's
+// threads. Its bits must still not depend on that count: held at 1 and at 2 threads, 16 and
+// 128 rows (a micro-shard and a whole batch), against float64.
+TEST(GemmLibxsmm, AliasingWeightInDeterministicModeSameBitsAtOneAndTwoThreads) {
+  if (!libxsmm_available()) GTEST_SKIP() << "no libxsmm";
+  const int threads_before = std::max(1, blas_threads());
+  const GemmBackendScope scope(GemmBackend::libxsmm);
+  constexpr int kIn = 512, kOut = 256;
+  for (const int rows : {16, 128}) {
+    const auto hx = random_values<float>(static_cast<std::size_t>(rows * kIn), 11);
+    const auto hw = random_values<float>(static_cast<std::size_t>(kOut * kIn), 12);
+    const auto hb = random_values<float>(kOut, 13);
+    const auto x = tensor_from_host<float>("x", {rows, kIn}, hx);
+    const auto w = tensor_from_host<float>("w", {kOut, kIn}, hw);
+    const auto b = tensor_from_host<float>("b", {kOut}, hb);
+    std::vector<std::vector<float>> runs;
+    for (const int threads : {1, 2}) {
+      set_blas_threads(threads);
+      const SingleThreadedLibraries single;  // holds `threads` for the thread-count-independent kernels
+      ASSERT_EQ(held_kernel_threads(), threads);
+      auto y = make_tensor<float>("y", {rows, kOut});
+      linear_forward(as_matrix(x.data, rows, kIn), as_matrix(w.data, kOut, kIn), b.data, as_matrix(y.data, rows, kOut));
+      runs.push_back(to_host(y.data));
+    }
+    set_blas_threads(threads_before);
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
+        << "rows " << rows << ": the held thread count changed the bits";
+    for (int i = 0; i < rows; i += 5) {
+      for (int j = 0; j < kOut; j += 7) {
+        double want = hb[static_cast<std::size_t>(j)];
+        for (int p = 0; p < kIn; ++p) {
+          want += static_cast<double>(hx[static_cast<std::size_t>(i * kIn + p)]) * hw[static_cast<std::size_t>(j * kIn + p)];
+        }
+        ASSERT_NEAR(runs[1][static_cast<std::size_t>(i * kOut + j)], want, 1e-4 * (1.0 + std::fabs(want)))
+            << "rows " << rows << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
 // leaf_tree_sum builds coll::TreeSum's tree: node (l, i) = left + right, the left child alone
 // where the right holds no leaf. Spelled out as expressions for 1..9 leaves.
 TEST(LeafTree, SumsPairwiseInTreeSumsOrder) {
