@@ -14,6 +14,10 @@
 //      see the same machine. Counters: GFLOPs (ours, 2 M N K per call), cblas_GFLOPs, vs_cblas =
 //      GFLOPs / cblas_GFLOPs; on the libxsmm backend also onednn_GFLOPs and vs_onednn (oneDNN's
 //      matmul on the same matrices in the same iteration). The benchmark's time is ours.
+//  gemm_leaf_tree/mlp.<layer>.dW/MxNxK/leaf:16   deterministic training's weight gradient over
+//      a node of micro-shards (core::gemm_tn_leaf_tree: each 16-row leaf's product, added over the
+//      tree sum's tree) against the plain product over all K rows on the same matrices in the
+//      same iteration. Counters: GFLOPs, plain_GFLOPs, frac_of_plain = plain time / tree time.
 //  bound/cblas_sgemm_1thread/1024      OpenBLAS sgemm 1024^3 on one thread: the per-core peak
 //      the other figures can be read against (OpenBLAS's own thread count is restored after).
 //  conv/<layer>/<fwd|fwd+bwd|fwd+bwd-no-dx>/<backend>  the CNN's two convolutions at batch 64
@@ -204,6 +208,43 @@ void bench_gemm(benchmark::State& state, const GemmShape& g) {
       state.counters["onednn_GFLOPs"] = flops / onednn_s * 1e-9;
       state.counters["vs_onednn"] = onednn_s / ours_s;
     }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+/// Deterministic training's weight gradient over a node of micro-shards: gemm_tn_leaf_tree (each
+/// leaf's product, added over the tree) against the plain product over all the rows (what
+/// ordinary training runs), on the same matrices in the same iteration.
+void bench_gemm_leaf_tree(benchmark::State& state, const GemmShape& g, std::int64_t leaf_rows) {
+  try {
+    const auto a = random_vec("bench::dy", g.k * g.m, 1);
+    const auto b = random_vec("bench::x", g.k * g.n, 2);
+    const auto c = core::make_tensor<float>("bench::c", {g.m * g.n}).data;
+    const auto am = core::as_matrix(a, g.k, g.m);
+    const auto bm = core::as_matrix(b, g.k, g.n);
+    const auto cm = core::as_matrix(c, g.m, g.n);
+    core::gemm_tn_leaf_tree(leaf_rows, am, bm, cm);  // warm-up: kernels generated, scratch paged in
+    core::gemm(Trans::yes, Trans::no, 1.0F, am, bm, 0.0F, cm);
+    fence();
+    double tree_s = 0, plain_s = 0;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      core::gemm_tn_leaf_tree(leaf_rows, am, bm, cm);
+      fence();
+      const double tree = seconds_since(t0);
+      t0 = Clock::now();
+      core::gemm(Trans::yes, Trans::no, 1.0F, am, bm, 0.0F, cm);
+      fence();
+      plain_s += seconds_since(t0);
+      tree_s += tree;
+      state.SetIterationTime(tree);
+    }
+    const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
+                         static_cast<double>(g.k) * static_cast<double>(state.iterations());
+    state.counters["GFLOPs"] = flops / tree_s * 1e-9;
+    state.counters["plain_GFLOPs"] = flops / plain_s * 1e-9;
+    state.counters["frac_of_plain"] = plain_s / tree_s;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -576,6 +617,13 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark(name.c_str(), bench_gemm, g)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
+  }
+  for (const GemmShape& g : training_gemm_shapes()) {
+    if (g.name.rfind("mlp.", 0) != 0 || g.name.find(".dW") == std::string::npos) continue;
+    const std::int64_t leaf = 16;
+    const std::string name = "gemm_leaf_tree/" + g.name + "/" + std::to_string(g.m) + "x" + std::to_string(g.n) +
+                             "x" + std::to_string(g.k) + "/leaf:" + std::to_string(leaf);
+    benchmark::RegisterBenchmark(name.c_str(), bench_gemm_leaf_tree, g, leaf)->UseManualTime()->Unit(benchmark::kMicrosecond);
   }
   benchmark::RegisterBenchmark("bound/cblas_sgemm_1thread", bench_bound)
       ->Arg(1024)

@@ -214,6 +214,186 @@ bool tiles_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64
   return same;
 }
 
+// ---- gemm_tn_leaf_tree's groups of leaves in registers (AVX-512) --------------------------------
+//
+// Up to kGroupLeaves consecutive leaves (node (2, g) of the tree) summed over the tree in
+// registers for a register block of c: each leaf's sum over its own rows in its own
+// accumulators, siblings added as soon as both exist, the group's node stored once. With
+// libxsmm's kernels each leaf's product was stored and then added from memory: 0.68-0.71 of the
+// plain product's GFLOP/s over the MLP's 8 leaves of 16 rows on one thread (bench_kernels
+// gemm_leaf_tree). Every element of a leaf is x[r][j] dy[r][i] summed over the leaf's rows first
+// to last, the first a product and the rest fused multiply-adds; the groups are used only where a
+// once-per-shape probe shows that this gives libxsmm's bits for a leaf alone (what gemm()
+// computes), so a node's bits stay those of its leaves' separate products. Register blocks of 8
+// rows x 1 vector with groups of 4 leaves: 0.81-0.84 of the plain product on one thread; 6 x 2
+// in pairs 0.79-0.80, 4 x 2 in fours 0.74-0.82, 3 x 2 in eights 0.58-0.67 (too few
+// accumulators per leaf to hide the FMA latency).
+
+constexpr int kGroupLevels = 2;  // a group is a node of this level:
+constexpr std::int64_t kGroupLeaves = 1 << kGroupLevels;  // 4 leaves, 3 register sets live at most
+constexpr int kGroupRows = 8;     // rows of c per register block (8 x 3 accumulators)
+constexpr int kGroupVectors = 1;  // 16-float vectors of c per register block
+
+/// Row r's 16-float vectors of x at the register block's columns, the last one masked.
+template <int MV>
+__attribute__((target("avx512f"), always_inline)) inline void load_row(__m512 (&xv)[MV], const float* row,
+                                                                       __mmask16 last) {
+#pragma GCC unroll 8
+  for (int v = 0; v < MV; ++v) xv[v] = v == MV - 1 ? _mm512_maskz_loadu_ps(last, row + 16 * v) : _mm512_loadu_ps(row + 16 * v);
+}
+
+/// What one group's register blocks read: x and dy at the group's first row (row strides ldx,
+/// ldd), the leaves' rows (the last may be shorter), the group's rows in all.
+struct GroupRows {
+  const float* x;
+  std::int64_t ldx;
+  const float* dy;
+  std::int64_t ldd;
+  std::int64_t leaf_rows, rows;
+  __mmask16 last;
+};
+
+/// acc[i][v] = sum over the leaf's k >= 1 rows of x[r][16 v ..] * dy[r][i], first to last: row
+/// 0's product, then a fused multiply-add per row.
+template <int NR, int MV>
+__attribute__((target("avx512f"), always_inline)) inline void leaf_block(__m512 (&acc)[NR][MV], const float* x,
+                                                                         std::int64_t ldx, const float* dy,
+                                                                         std::int64_t ldd, std::int64_t k,
+                                                                         __mmask16 last) {
+  __m512 xv[MV];
+  load_row<MV>(xv, x, last);
+#pragma GCC unroll 8
+  for (int i = 0; i < NR; ++i) {
+    const __m512 d = _mm512_set1_ps(dy[i]);
+#pragma GCC unroll 8
+    for (int v = 0; v < MV; ++v) acc[i][v] = _mm512_mul_ps(xv[v], d);
+  }
+  for (std::int64_t r = 1; r < k; ++r) {
+    load_row<MV>(xv, x + r * ldx, last);
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; ++i) {
+      const __m512 d = _mm512_set1_ps(dy[r * ldd + i]);
+#pragma GCC unroll 8
+      for (int v = 0; v < MV; ++v) acc[i][v] = _mm512_fmadd_ps(xv[v], d, acc[i][v]);
+    }
+  }
+}
+
+/// acc = the node of level L whose first leaf starts at row `first` of the group: its left
+/// child, plus its right child where that holds a leaf (core/leaf_tree.hpp's tree).
+template <int L, int NR, int MV>
+__attribute__((target("avx512f"), always_inline)) inline void node_block(__m512 (&acc)[NR][MV], const GroupRows& g,
+                                                                         std::int64_t first) {
+  if constexpr (L == 0) {
+    leaf_block<NR, MV>(acc, g.x + first * g.ldx, g.ldx, g.dy + first * g.ldd, g.ldd,
+                       std::min(g.leaf_rows, g.rows - first), g.last);
+  } else {
+    node_block<L - 1, NR, MV>(acc, g, first);
+    const std::int64_t right = first + (std::int64_t{1} << (L - 1)) * g.leaf_rows;
+    if (right < g.rows) {
+      __m512 other[NR][MV];
+      node_block<L - 1, NR, MV>(other, g, right);
+#pragma GCC unroll 8
+      for (int i = 0; i < NR; ++i) {
+#pragma GCC unroll 8
+        for (int v = 0; v < MV; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], other[i][v]);
+      }
+    }
+  }
+}
+
+/// out[i][16 v ..] (row stride ldo) = the group's node, for one register block.
+template <int NR, int MV>
+__attribute__((target("avx512f"))) void group_block(const GroupRows& g, float* out, std::int64_t ldo) {
+  __m512 acc[NR][MV];
+  node_block<kGroupLevels, NR, MV>(acc, g, 0);
+#pragma GCC unroll 8
+  for (int i = 0; i < NR; ++i) {
+#pragma GCC unroll 8
+    for (int v = 0; v < MV; ++v) {
+      if (v == MV - 1) {
+        _mm512_mask_storeu_ps(out + i * ldo + 16 * v, g.last, acc[i][v]);
+      } else {
+        _mm512_storeu_ps(out + i * ldo + 16 * v, acc[i][v]);
+      }
+    }
+  }
+}
+
+using GroupBlock = void (*)(const GroupRows&, float*, std::int64_t);
+
+template <int R, int... V>
+constexpr std::array<GroupBlock, kGroupVectors> group_blocks_of_rows(std::integer_sequence<int, V...>) {
+  return {&group_block<R, V + 1>...};
+}
+
+/// blocks[rows - 1][vectors - 1]: the register blocks of every size a tile's edges need.
+template <int... R>
+constexpr std::array<std::array<GroupBlock, kGroupVectors>, kGroupRows> group_blocks(std::integer_sequence<int, R...>) {
+  return {group_blocks_of_rows<R + 1>(std::make_integer_sequence<int, kGroupVectors>{})...};
+}
+
+/// out[mt x width] (row stride ldo) = the node of the group of leaves (of leaf_rows rows, `rows`
+/// in all, at most kGroupLeaves leaves) over register blocks. x: the group's rows of b at the
+/// column block's first column (row stride ldx); dy: those of a at the tile's first column.
+void group_tile(const float* x, std::int64_t ldx, const float* dy, std::int64_t ldd, std::int64_t leaf_rows,
+                std::int64_t rows, float* out, std::int64_t ldo, std::int64_t mt, std::int64_t width) {
+  static constexpr auto kBlocks = group_blocks(std::make_integer_sequence<int, kGroupRows>{});
+  const std::int64_t vectors = (width + 15) / 16;
+  const auto tail = static_cast<int>(width % 16);
+  for (std::int64_t i0 = 0; i0 < mt; i0 += kGroupRows) {
+    const std::int64_t nr = std::min<std::int64_t>(kGroupRows, mt - i0);
+    for (std::int64_t v0 = 0; v0 < vectors; v0 += kGroupVectors) {
+      const std::int64_t mv = std::min<std::int64_t>(kGroupVectors, vectors - v0);
+      const auto last = static_cast<__mmask16>(v0 + mv == vectors && tail != 0 ? (1U << tail) - 1U : 0xFFFFU);
+      const GroupRows g{x + 16 * v0, ldx, dy + i0, ldd, leaf_rows, rows, last};
+      kBlocks[static_cast<std::size_t>(nr - 1)][static_cast<std::size_t>(mv - 1)](g, out + i0 * ldo + 16 * v0, ldo);
+    }
+  }
+}
+
+/// Whether group_tile gives a leaf alone (a group of one leaf of k rows) the bits of libxsmm's whole-height
+/// kernels (whole[block], as gemm() runs the leaf), for every column block: run once per shape
+/// and leading dimensions on pseudo-random operands of mixed magnitudes and signs with columns
+/// of exact zeros (where a product-first or zero-first start differs in the sign of a zero sum),
+/// and remembered for the process. False on CPUs without AVX-512.
+bool groups_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
+                     std::int64_t ldb, std::int64_t ldc, const std::array<libxsmm_smmfunction, kMaxBlocks>& whole) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") != 0;
+  if (!avx512) return false;
+  static std::mutex mutex;
+  static std::map<std::array<std::int64_t, 6>, bool> known;
+  const std::array<std::int64_t, 6> key{m, n, k, lda, ldb, ldc};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  std::vector<float> pa(static_cast<std::size_t>(k * lda)), pb(static_cast<std::size_t>(k * ldb));
+  std::uint32_t state = 2463534242U;
+  for (auto* v : {&pa, &pb}) {
+    for (float& x : *v) {
+      state ^= state << 13;
+      state ^= state >> 17;
+      state ^= state << 5;
+      x = std::ldexp(static_cast<float>(state % 2001U) / 1000.0F - 1.0F, static_cast<int>(state >> 28) - 8);
+    }
+  }
+  for (std::int64_t r = 0; r < k; ++r) {  // a's columns 0, 3, 6, ...: zeros, some negative
+    for (std::int64_t i = 0; i < m; i += 3) pa[static_cast<std::size_t>(r * lda + i)] = (r + i) % 2 == 0 ? 0.0F : -0.0F;
+  }
+  std::vector<float> one(static_cast<std::size_t>(m * ldc)), fused(one.size());
+  for (std::int64_t i = 0; i < s.count; ++i) {
+    const auto [first, width] = s[i];
+    whole[static_cast<std::size_t>(i)](pb.data() + first, pa.data(), one.data() + first);
+    zero_upper();
+    group_tile(pb.data() + first, ldb, pa.data(), lda, k, k, fused.data() + first, ldc, m, width);
+  }
+  bool same = true;
+  for (std::int64_t r = 0; r < m && same; ++r) {
+    same = std::memcmp(one.data() + r * ldc, fused.data() + r * ldc, static_cast<std::size_t>(n) * sizeof(float)) == 0;
+  }
+  known.emplace(key, same);
+  return same;
+}
+
 /// gemm_tn_leaf_tree's short last leaf, whole, per thread; only grows.
 std::vector<float>& short_leaf_scratch() {
   thread_local std::vector<float> buffer;
@@ -337,6 +517,31 @@ bool gemm_tn_leaf_tree(std::int64_t m, std::int64_t n, std::int64_t rows, std::i
   std::array<libxsmm_smmfunction, kMaxBlocks> whole[2]{};
   kernels_for(m, leaf_rows, whole[0]);
   if (short_leaf) kernels_for(m, last_rows, whole[1]);
+  if (groups_keep_bits(s, m, n, leaf_rows, a.ld, b.ld, ldc, whole[0]) &&
+      (!short_leaf || groups_keep_bits(s, m, n, last_rows, a.ld, b.ld, ldc, whole[1]))) {
+    // Groups of kGroupLeaves leaves summed in registers (nodes of level kGroupLevels), the tree
+    // over the groups in tiles of c's rows: group_tile's bits do not depend on the tile's height.
+    const std::int64_t group_rows = kGroupLeaves * leaf_rows;
+    const std::int64_t groups = (rows + group_rows - 1) / group_rows;
+    const int group_depth = leaf_tree_depth(groups);
+    const std::int64_t tile_rows = std::min(m, kTreeRows);
+    for_column_blocks(s, [&](std::size_t, std::int64_t first, std::int64_t width) {
+      std::vector<std::vector<float>>& nodes = tree_scratch(group_depth - 1, static_cast<std::size_t>(tile_rows * ldc));
+      for (std::int64_t t0 = 0; t0 < m; t0 += tile_rows) {
+        const std::int64_t mt = std::min(tile_rows, m - t0);
+        const auto slot = [&](int d) { return d == 0 ? c + t0 * ldc : nodes[static_cast<std::size_t>(d - 1)].data(); };
+        leaf_tree_sum(
+            groups,
+            [&](std::int64_t g, int d) {
+              const std::int64_t r = g * group_rows;
+              group_tile(b.data + r * b.ld + first, b.ld, a.data + r * a.ld + t0, a.ld, leaf_rows,
+                         std::min(group_rows, rows - r), slot(d) + first, ldc, mt, width);
+            },
+            [&](int dst, int src) { add_rows(slot(dst) + first, slot(src) + first, mt, width, ldc); });
+      }
+    });
+    return true;
+  }
   // The full leaves in tiles of c's rows (at most kTreeRows, as equal as can be), so a block's
   // nodes stay in cache, where that keeps every element's bits (libxsmm's code for some widths
   // sums differently at other tile heights; tiles_keep_bits checks once per shape).
