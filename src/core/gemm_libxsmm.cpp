@@ -38,6 +38,10 @@
 // rows, and tiles only where a once-per-shape probe shows they keep the whole-height kernel's
 // bits. MLP at 64 rows in leaves of 16, one Zen 4 core: 0.85-0.86 of the whole batch's step
 // against 0.69-0.73 for a gradient vector per micro-shard (bench_kernels train_step_micro_shards).
+// On AVX-512 CPUs, groups of 4 leaves are instead summed over the tree in registers by hpctrain's
+// own kernel (group_tile), where a once-per-shape probe shows it gives a leaf libxsmm's bits; the
+// memory tree then only adds the groups (weight gradient 0.81-0.84 of the plain product's rate
+// against 0.68-0.71, bench_kernels gemm_leaf_tree, one thread).
 
 #include "gemm_libxsmm.hpp"
 
@@ -170,20 +174,29 @@ std::vector<std::vector<float>>& tree_scratch(int slots, std::size_t floats) {
   return buffers;
 }
 
-/// Whether gemm_tn_leaf_tree's tiled kernels (tiled[wide tile][block], `tiles` tiles of m's rows,
-/// the first m % tiles one row taller) give every element of a leaf's product the bits of the
-/// whole-height kernels gemm() runs (whole[block]). Run once per shape and leading dimensions on
-/// pseudo-random operands of mixed magnitudes, where a different order of the k terms shows,
-/// and remembered for the process.
-bool tiles_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
-                     std::int64_t ldb, std::int64_t ldc, std::int64_t tiles,
-                     const std::array<libxsmm_smmfunction, kMaxBlocks>& whole,
-                     const std::array<libxsmm_smmfunction, kMaxBlocks> (&tiled)[2]) {
-  static std::mutex mutex;
-  static std::map<std::array<std::int64_t, 6>, bool> known;
-  const std::array<std::int64_t, 6> key{m, n, k, lda, ldb, ldc};
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = known.find(key); it != known.end()) return it->second;
+/// A probe's answers, once per shape and leading dimensions {m, n, k, lda, ldb, ldc}, for the
+/// process; the probe runs under the lock.
+class ProbeAnswers {
+ public:
+  template <class Probe>
+  bool remembered(const std::array<std::int64_t, 6>& key, const Probe& probe) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = known_.find(key); it != known_.end()) return it->second;
+    const bool answer = probe();
+    known_.emplace(key, answer);
+    return answer;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::array<std::int64_t, 6>, bool> known_;
+};
+
+/// The probes' operands a [k x lda] and b [k x ldb]: pseudo-random, of mixed magnitudes and signs
+/// (where a different order of the k terms shows), a's columns 0, 3, 6, ... below m exact zeros,
+/// some negative (where a product-first or a zero-first start differs in the sign of a zero sum).
+std::pair<std::vector<float>, std::vector<float>> probe_operands(std::int64_t k, std::int64_t m, std::int64_t lda,
+                                                                 std::int64_t ldb) {
   std::vector<float> pa(static_cast<std::size_t>(k * lda)), pb(static_cast<std::size_t>(k * ldb));
   std::uint32_t state = 2463534242U;
   for (auto* v : {&pa, &pb}) {
@@ -194,24 +207,47 @@ bool tiles_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64
       x = std::ldexp(static_cast<float>(state % 2001U) / 1000.0F - 1.0F, static_cast<int>(state >> 28) - 8);
     }
   }
-  std::vector<float> one(static_cast<std::size_t>(m * ldc)), cut(one.size());
-  const std::int64_t tile = m / tiles, wide_tiles = m % tiles;
-  for (std::int64_t i = 0; i < s.count; ++i) {
-    const std::int64_t first = s[i].first;
-    whole[static_cast<std::size_t>(i)](pb.data() + first, pa.data(), one.data() + first);
-    for (std::int64_t t = 0, t0 = 0; t < tiles; ++t) {
-      const int wide = t < wide_tiles ? 1 : 0;
-      tiled[wide][static_cast<std::size_t>(i)](pb.data() + first, pa.data() + t0, cut.data() + t0 * ldc + first);
-      t0 += tile + wide;
+  for (std::int64_t r = 0; r < k; ++r) {  // a's columns 0, 3, 6, ...: zeros, some negative
+    for (std::int64_t i = 0; i < m; i += 3) pa[static_cast<std::size_t>(r * lda + i)] = (r + i) % 2 == 0 ? 0.0F : -0.0F;
+  }
+  return {std::move(pa), std::move(pb)};
+}
+
+/// Whether the first m rows of n floats (row stride ldc) of x and y are the same bits.
+bool same_rows(const std::vector<float>& x, const std::vector<float>& y, std::int64_t m, std::int64_t n,
+               std::int64_t ldc) {
+  for (std::int64_t r = 0; r < m; ++r) {
+    if (std::memcmp(x.data() + r * ldc, y.data() + r * ldc, static_cast<std::size_t>(n) * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+/// Whether gemm_tn_leaf_tree's tiled kernels (tiled[wide tile][block], `tiles` tiles of m's rows,
+/// the first m % tiles one row taller) give every element of a leaf's product the bits of the
+/// whole-height kernels gemm() runs (whole[block]). Run once per shape and leading dimensions on
+/// pseudo-random operands of mixed magnitudes, where a different order of the k terms shows,
+/// and remembered for the process.
+bool tiles_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
+                     std::int64_t ldb, std::int64_t ldc, std::int64_t tiles,
+                     const std::array<libxsmm_smmfunction, kMaxBlocks>& whole,
+                     const std::array<libxsmm_smmfunction, kMaxBlocks> (&tiled)[2]) {
+  static ProbeAnswers cache;
+  return cache.remembered({m, n, k, lda, ldb, ldc}, [&] {
+    const auto [pa, pb] = probe_operands(k, m, lda, ldb);
+    std::vector<float> one(static_cast<std::size_t>(m * ldc)), cut(one.size());
+    const std::int64_t tile = m / tiles, wide_tiles = m % tiles;
+    for (std::int64_t i = 0; i < s.count; ++i) {
+      const std::int64_t first = s[i].first;
+      whole[static_cast<std::size_t>(i)](pb.data() + first, pa.data(), one.data() + first);
+      for (std::int64_t t = 0, t0 = 0; t < tiles; ++t) {
+        const int wide = t < wide_tiles ? 1 : 0;
+        tiled[wide][static_cast<std::size_t>(i)](pb.data() + first, pa.data() + t0, cut.data() + t0 * ldc + first);
+        t0 += tile + wide;
+      }
+      zero_upper();
     }
-    zero_upper();
-  }
-  bool same = true;
-  for (std::int64_t r = 0; r < m && same; ++r) {
-    same = std::memcmp(one.data() + r * ldc, cut.data() + r * ldc, static_cast<std::size_t>(n) * sizeof(float)) == 0;
-  }
-  known.emplace(key, same);
-  return same;
+    return same_rows(one, cut, m, n, ldc);
+  });
 }
 
 // ---- gemm_tn_leaf_tree's groups of leaves in registers (AVX-512) --------------------------------
@@ -358,40 +394,21 @@ void group_tile(const float* x, std::int64_t ldx, const float* dy, std::int64_t 
 /// of exact zeros (where a product-first or zero-first start differs in the sign of a zero sum),
 /// and remembered for the process. False on CPUs without AVX-512.
 bool groups_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
-                     std::int64_t ldb, std::int64_t ldc, const std::array<libxsmm_smmfunction, kMaxBlocks>& whole) {
+                      std::int64_t ldb, std::int64_t ldc, const std::array<libxsmm_smmfunction, kMaxBlocks>& whole) {
   static const bool avx512 = __builtin_cpu_supports("avx512f") != 0;
   if (!avx512) return false;
-  static std::mutex mutex;
-  static std::map<std::array<std::int64_t, 6>, bool> known;
-  const std::array<std::int64_t, 6> key{m, n, k, lda, ldb, ldc};
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = known.find(key); it != known.end()) return it->second;
-  std::vector<float> pa(static_cast<std::size_t>(k * lda)), pb(static_cast<std::size_t>(k * ldb));
-  std::uint32_t state = 2463534242U;
-  for (auto* v : {&pa, &pb}) {
-    for (float& x : *v) {
-      state ^= state << 13;
-      state ^= state >> 17;
-      state ^= state << 5;
-      x = std::ldexp(static_cast<float>(state % 2001U) / 1000.0F - 1.0F, static_cast<int>(state >> 28) - 8);
+  static ProbeAnswers cache;
+  return cache.remembered({m, n, k, lda, ldb, ldc}, [&] {
+    const auto [pa, pb] = probe_operands(k, m, lda, ldb);
+    std::vector<float> one(static_cast<std::size_t>(m * ldc)), fused(one.size());
+    for (std::int64_t i = 0; i < s.count; ++i) {
+      const auto [first, width] = s[i];
+      whole[static_cast<std::size_t>(i)](pb.data() + first, pa.data(), one.data() + first);
+      zero_upper();
+      group_tile(pb.data() + first, ldb, pa.data(), lda, k, k, fused.data() + first, ldc, m, width);
     }
-  }
-  for (std::int64_t r = 0; r < k; ++r) {  // a's columns 0, 3, 6, ...: zeros, some negative
-    for (std::int64_t i = 0; i < m; i += 3) pa[static_cast<std::size_t>(r * lda + i)] = (r + i) % 2 == 0 ? 0.0F : -0.0F;
-  }
-  std::vector<float> one(static_cast<std::size_t>(m * ldc)), fused(one.size());
-  for (std::int64_t i = 0; i < s.count; ++i) {
-    const auto [first, width] = s[i];
-    whole[static_cast<std::size_t>(i)](pb.data() + first, pa.data(), one.data() + first);
-    zero_upper();
-    group_tile(pb.data() + first, ldb, pa.data(), lda, k, k, fused.data() + first, ldc, m, width);
-  }
-  bool same = true;
-  for (std::int64_t r = 0; r < m && same; ++r) {
-    same = std::memcmp(one.data() + r * ldc, fused.data() + r * ldc, static_cast<std::size_t>(n) * sizeof(float)) == 0;
-  }
-  known.emplace(key, same);
-  return same;
+    return same_rows(one, fused, m, n, ldc);
+  });
 }
 
 /// gemm_tn_leaf_tree's short last leaf, whole, per thread; only grows.

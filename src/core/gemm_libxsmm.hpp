@@ -24,9 +24,10 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
           float beta, float* c, std::int64_t ldc, const float* bias);
 
 /// c[m x n] = the pairwise leaf tree (core/leaf_tree.hpp) over a's and b's rows cut into leaves of
-/// `leaf_rows` (the last may be shorter): leaf l's term is a_l^T b_l with exactly the kernels
-/// gemm() runs for that product alone (beta 0), so the bits are those of separate products added
-/// over the tree. a is [rows x m] (op(a) = a^T), b [rows x n], both row-major. Each thread's
+/// `leaf_rows` (the last may be shorter): leaf l's term is a_l^T b_l with the bits of the kernels
+/// gemm() runs for that product alone (beta 0: those kernels, or on AVX-512 hpctrain's own that a
+/// once-per-shape probe shows to agree), so the bits are those of separate products added over
+/// the tree. a is [rows x m] (op(a) = a^T), b [rows x n], both row-major. Each thread's
 /// column block is summed in scratch blocks beside c's (cache-resident), not in whole matrices.
 /// Returns false, having touched nothing, where gemm() would not take a leaf's product.
 bool gemm_tn_leaf_tree(std::int64_t m, std::int64_t n, std::int64_t rows, std::int64_t leaf_rows, MatrixOperand a,
