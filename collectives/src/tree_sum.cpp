@@ -139,12 +139,22 @@ void TreeSum::begin(std::int64_t total_terms, const std::vector<std::vector<Term
     root_ = root_level(total_);
     nodes_.clear();
     for (const auto& r : ranges_) nodes_.push_back(maximal_nodes(r, total_));
+    // Two ranks holding one node each, the root's two children: the root is one addition per
+    // element, which any all-reduce of the two nodes computes with the same bits.
+    two_halves_ = false;
+    if (nodes_.size() == 2 && nodes_[0].size() == 1 && nodes_[1].size() == 1) {
+      std::vector<Shape> both{Shape{nodes_[0][0]}, Shape{nodes_[1][0]}};
+      int adds = 0;
+      settle(both, total_, root_, [&](Shape&, Shape&) { ++adds; });
+      two_halves_ = adds == 1 && both.size() == 1 && both[0].node == (TreeNode{root_, 0});
+    }
   }
   if (!work_.empty()) {  // a sum whose finish failed: let its collectives end before reusing buffers
     (void)wait_all();
     work_.clear();
   }
   segments_.clear();
+  segment_work_.clear();
   chain_.clear();
   rank_ = rank;
   stack_.clear();
@@ -271,6 +281,15 @@ void TreeSum::finish_segment(Communicator& comm, float* result, BlockRange segme
     if (in != out) std::memcpy(out, in, segment.count * sizeof(float));
     return;
   }
+  if (two_halves_) {
+    // node 0 + node 1 with one addition per element; float addition commutes, so the all-reduce's
+    // bits are the tree's whichever rank adds (every algorithm of the communicator adds each
+    // element once at two ranks: Allreduce.TwoRanksAddEachElementOnceWithEveryAlgorithm).
+    segment_work_.emplace_back(work_.size(), work_.size());
+    work_.push_back(comm.iallreduce(stack_[0].data + segment.offset, result + segment.offset, segment.count,
+                                    DataType::f32, ReduceOp::sum));
+    return;
+  }
   // Block q of the segment of every maximal node to rank q; block rank() of the others' to here.
   const auto block = [&](int q) {
     BlockRange b = balanced_block(segment.count, p, q);
@@ -320,6 +339,7 @@ void TreeSum::finish_segment(Communicator& comm, float* result, BlockRange segme
                      "TreeSum: the ranks' nodes do not form the tree of " + std::to_string(total) + " terms");
     if (n && stack[0].data != out) std::memcpy(out, stack[0].data, n * sizeof(float));
   };
+  segment_work_.emplace_back(work_.size(), work_.size() + 1);
   work_.push_back(comm.iexchange(std::move(sends), std::move(recvs), std::move(combine)));
   work_.push_back(comm.iallgather_in_place(result + segment.offset, segment.count, DataType::f32));
 }
@@ -339,8 +359,9 @@ std::exception_ptr TreeSum::wait_all() noexcept {
 void TreeSum::wait_finished() {
   const std::exception_ptr error = wait_all();
   times_.clear();
-  for (std::size_t s = 0; s < work_.size() / 2; ++s) {
-    times_.push_back(SegmentTimes{segments_[s], work_[2 * s].started_at(), work_[2 * s + 1].finished_at()});
+  for (std::size_t s = 0; s < segment_work_.size(); ++s) {
+    const auto [first, last] = segment_work_[s];
+    times_.push_back(SegmentTimes{segments_[s], work_[first].started_at(), work_[last].finished_at()});
   }
   work_.clear();
   if (error) std::rethrow_exception(error);

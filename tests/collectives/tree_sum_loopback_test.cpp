@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/tree_sum.hpp"
 #include "loopback_ranks.hpp"
+#include "reproducible_terms.hpp"
 #include "tree_sum_terms.hpp"
 
 #include <algorithm>
@@ -354,6 +356,83 @@ TEST(TreeSum, RefusesTermsOutOfOrderAndAnEarlyFinish) {
 
 // exchange: every rank sends each rank (itself included) three messages of different sizes,
 // one of them empty; each must arrive whole, from the right sender, in order.
+// TreeSum finishes a sum whose two ranks hold one node each (the root's children) with an
+// all-reduce: that is the tree's bits only if the all-reduce adds each element once, a + b (never
+// from a zero, never through a third value). Every algorithm, P = 2, blocking and in place and
+// not, on values whose sum shows any other evaluation: opposite zeros, -0 + -0, cancellation,
+// halfway roundings, infinities and NaN-free extremes.
+TEST(Allreduce, TwoRanksAddEachElementOnceWithEveryAlgorithm) {
+  constexpr std::size_t kCount = 9001;
+  const auto value = [](int rank, std::size_t i) -> float {
+    switch (i % 8) {
+      case 0: return -0.0F;                                       // -0 + -0 = -0; from +0 it would be +0
+      case 1: return rank == 0 ? 0.0F : -0.0F;                    // +0 + -0 = +0
+      case 2: return rank == 0 ? 1.0F : -1.0F;                    // exact cancellation: +0
+      case 3: return rank == 0 ? 1.0F : std::ldexp(1.0F, -24);    // a tie: rounds to even
+      case 4: return rank == 0 ? std::numeric_limits<float>::max() : std::numeric_limits<float>::max();  // inf
+      case 5: return rank == 0 ? std::numeric_limits<float>::denorm_min() : -0.0F;
+      default: return std::ldexp(static_cast<float>((i * 2654435761U + rank * 40503U) % 2001U) / 1000.0F - 1.0F,
+                                 static_cast<int>(i % 60) - 30);
+    }
+  };
+  std::vector<float> want(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) want[i] = value(0, i) + value(1, i);
+  ASSERT_TRUE(std::signbit(want[0]));  // the cases above really are the ones meant
+  ASSERT_FALSE(std::signbit(want[1]));
+  for (const Algorithm algo : reproducible_algorithms(false)) {
+    for (const bool in_place : {false, true}) {
+      run_loopback_ranks(2, Tuning{}, [&](Communicator& comm) {
+        SCOPED_TRACE(std::string(to_string(algo)) + (in_place ? " in place" : "") + " rank " + std::to_string(comm.rank()));
+        std::vector<float> send(kCount), recv(kCount, std::numeric_limits<float>::quiet_NaN());
+        for (std::size_t i = 0; i < kCount; ++i) send[i] = value(comm.rank(), i);
+        float* out = in_place ? send.data() : recv.data();
+        comm.iallreduce(send.data(), out, kCount, DataType::f32, ReduceOp::sum, algo).wait();
+        std::size_t first_diff = kCount;
+        for (std::size_t i = 0; i < kCount && first_diff == kCount; ++i) {
+          if (std::memcmp(&out[i], &want[i], sizeof(float)) != 0) first_diff = i;
+        }
+        EXPECT_EQ(first_diff, kCount) << "first element that is not a + b";
+      });
+    }
+  }
+}
+
+// The same property through TreeSum: two ranks, one node each, finished whole and in segments.
+TEST(TreeSum, TwoRanksWithOneNodeEachFinishWithTheTreesBits) {
+  for (const std::int64_t total : {2, 8, 16}) {
+    for (const std::size_t count : {std::size_t{7}, std::size_t{9001}}) {
+      const std::vector<float> expected = serial_tree_sum(all_terms(total, count));
+      const auto ranges = split_terms(total, 2, Split::contiguous);
+      ASSERT_EQ(maximal_nodes(ranges[0], total).size(), 1U);
+      ASSERT_EQ(maximal_nodes(ranges[1], total).size(), 1U);
+      run_loopback_ranks(2, Tuning{}, [&](Communicator& comm) {
+        TreeSum sum(count);
+        for (const bool segments : {false, true}) {
+          sum.begin(total, ranges, comm.rank());
+          std::vector<std::vector<float>> mine;
+          for (const TermRange& r : ranges[static_cast<std::size_t>(comm.rank())]) {
+            for (std::int64_t t = r.begin; t < r.end; ++t) {
+              mine.push_back(tree_term(t, count));
+              sum.add(t, mine.back().data(), /*lend=*/true);
+            }
+          }
+          std::vector<float> result(count, std::numeric_limits<float>::quiet_NaN());
+          if (segments) {
+            sum.finish_segment(comm, result.data(), BlockRange{count / 2, count - count / 2});
+            sum.finish_segment(comm, result.data(), BlockRange{0, count / 2});
+            sum.wait_finished();
+            EXPECT_EQ(sum.segment_times().size(), count / 2 > 0 ? 2U : 1U);
+          } else {
+            sum.finish(comm, result.data());
+          }
+          EXPECT_EQ(std::memcmp(result.data(), expected.data(), count * sizeof(float)), 0)
+              << "K=" << total << " count=" << count << (segments ? " in segments" : "") << " rank " << comm.rank();
+        }
+      });
+    }
+  }
+}
+
 TEST(Exchange, EveryMessageArrivesInOrder) {
   for (int p = 1; p <= 5; ++p) {
     run_loopback_ranks(p, Tuning{}, [&](Communicator& comm) {

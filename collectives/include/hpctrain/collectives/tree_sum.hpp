@@ -155,7 +155,9 @@ class TreeSum {
   std::int64_t expected_ = 0;                 ///< this rank's terms
   std::vector<std::vector<float>> received_;  ///< per segment: the other ranks' nodes, block rank() of each
   std::vector<BlockRange> segments_;          ///< finish_segment()s since begin()
-  std::vector<Work> work_;                    ///< their queued collectives (two per segment)
+  std::vector<Work> work_;                    ///< their queued collectives
+  std::vector<std::pair<std::size_t, std::size_t>> segment_work_;  ///< per segment: its first and last in work_
+  bool two_halves_ = false;  ///< two ranks, one node each, the root's children: finished by an all-reduce
   std::vector<SegmentTimes> times_;
 };
 
