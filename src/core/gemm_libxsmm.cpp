@@ -40,8 +40,8 @@
 // against 0.69-0.73 for a gradient vector per micro-shard (bench_kernels train_step_micro_shards).
 // On AVX-512 CPUs, groups of 4 leaves are instead summed over the tree in registers by hpctrain's
 // own kernel (group_tile), where a once-per-shape probe shows it gives a leaf libxsmm's bits; the
-// memory tree then only adds the groups (weight gradient 0.81-0.84 of the plain product's rate
-// against 0.68-0.71, bench_kernels gemm_leaf_tree, one thread).
+// memory tree then only adds the groups (weight gradient 0.91-0.95 of the plain product's rate on
+// one thread and 0.85-0.86 on two, against 0.68-0.71 and 0.63-0.66; bench_kernels gemm_leaf_tree).
 
 #include "gemm_libxsmm.hpp"
 
@@ -261,21 +261,27 @@ bool tiles_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int64
 // to last, the first a product and the rest fused multiply-adds; the groups are used only where a
 // once-per-shape probe shows that this gives libxsmm's bits for a leaf alone (what gemm()
 // computes), so a node's bits stay those of its leaves' separate products. Register blocks of 8
-// rows x 1 vector with groups of 4 leaves: 0.81-0.84 of the plain product on one thread; 6 x 2
+// rows x 1 vector with groups of 4 leaves, masked loads throughout: 0.81-0.84 of the plain
+// product on one thread; 6 x 2
 // in pairs 0.79-0.80, 4 x 2 in fours 0.74-0.82, 3 x 2 in eights 0.58-0.67 (too few
-// accumulators per leaf to hide the FMA latency).
+// accumulators per leaf to hide the FMA latency). Whole vectors load and store without a mask
+// (with every load masked: 0.83-0.85 against 0.91-0.95).
 
 constexpr int kGroupLevels = 2;  // a group is a node of this level:
 constexpr std::int64_t kGroupLeaves = 1 << kGroupLevels;  // 4 leaves, 3 register sets live at most
 constexpr int kGroupRows = 8;     // rows of c per register block (8 x 3 accumulators)
 constexpr int kGroupVectors = 1;  // 16-float vectors of c per register block
 
-/// Row r's 16-float vectors of x at the register block's columns, the last one masked.
-template <int MV>
+/// Row r's 16-float vectors of x at the register block's columns, the last one masked where the
+/// block ends in a partial vector (Masked; masked loads cost the MLP's groups 6-10 %, so the
+/// whole vectors load plainly).
+template <int MV, bool Masked>
 __attribute__((target("avx512f"), always_inline)) inline void load_row(__m512 (&xv)[MV], const float* row,
                                                                        __mmask16 last) {
 #pragma GCC unroll 8
-  for (int v = 0; v < MV; ++v) xv[v] = v == MV - 1 ? _mm512_maskz_loadu_ps(last, row + 16 * v) : _mm512_loadu_ps(row + 16 * v);
+  for (int v = 0; v < MV; ++v) {
+    xv[v] = Masked && v == MV - 1 ? _mm512_maskz_loadu_ps(last, row + 16 * v) : _mm512_loadu_ps(row + 16 * v);
+  }
 }
 
 /// What one group's register blocks read: x and dy at the group's first row (row strides ldx,
@@ -291,13 +297,13 @@ struct GroupRows {
 
 /// acc[i][v] = sum over the leaf's k >= 1 rows of x[r][16 v ..] * dy[r][i], first to last: row
 /// 0's product, then a fused multiply-add per row.
-template <int NR, int MV>
+template <int NR, int MV, bool Masked>
 __attribute__((target("avx512f"), always_inline)) inline void leaf_block(__m512 (&acc)[NR][MV], const float* x,
                                                                          std::int64_t ldx, const float* dy,
                                                                          std::int64_t ldd, std::int64_t k,
                                                                          __mmask16 last) {
   __m512 xv[MV];
-  load_row<MV>(xv, x, last);
+  load_row<MV, Masked>(xv, x, last);
 #pragma GCC unroll 8
   for (int i = 0; i < NR; ++i) {
     const __m512 d = _mm512_set1_ps(dy[i]);
@@ -305,7 +311,7 @@ __attribute__((target("avx512f"), always_inline)) inline void leaf_block(__m512 
     for (int v = 0; v < MV; ++v) acc[i][v] = _mm512_mul_ps(xv[v], d);
   }
   for (std::int64_t r = 1; r < k; ++r) {
-    load_row<MV>(xv, x + r * ldx, last);
+    load_row<MV, Masked>(xv, x + r * ldx, last);
 #pragma GCC unroll 8
     for (int i = 0; i < NR; ++i) {
       const __m512 d = _mm512_set1_ps(dy[r * ldd + i]);
@@ -317,18 +323,18 @@ __attribute__((target("avx512f"), always_inline)) inline void leaf_block(__m512 
 
 /// acc = the node of level L whose first leaf starts at row `first` of the group: its left
 /// child, plus its right child where that holds a leaf (core/leaf_tree.hpp's tree).
-template <int L, int NR, int MV>
+template <int L, int NR, int MV, bool Masked>
 __attribute__((target("avx512f"), always_inline)) inline void node_block(__m512 (&acc)[NR][MV], const GroupRows& g,
                                                                          std::int64_t first) {
   if constexpr (L == 0) {
-    leaf_block<NR, MV>(acc, g.x + first * g.ldx, g.ldx, g.dy + first * g.ldd, g.ldd,
+    leaf_block<NR, MV, Masked>(acc, g.x + first * g.ldx, g.ldx, g.dy + first * g.ldd, g.ldd,
                        std::min(g.leaf_rows, g.rows - first), g.last);
   } else {
-    node_block<L - 1, NR, MV>(acc, g, first);
+    node_block<L - 1, NR, MV, Masked>(acc, g, first);
     const std::int64_t right = first + (std::int64_t{1} << (L - 1)) * g.leaf_rows;
     if (right < g.rows) {
       __m512 other[NR][MV];
-      node_block<L - 1, NR, MV>(other, g, right);
+      node_block<L - 1, NR, MV, Masked>(other, g, right);
 #pragma GCC unroll 8
       for (int i = 0; i < NR; ++i) {
 #pragma GCC unroll 8
@@ -339,15 +345,15 @@ __attribute__((target("avx512f"), always_inline)) inline void node_block(__m512 
 }
 
 /// out[i][16 v ..] (row stride ldo) = the group's node, for one register block.
-template <int NR, int MV>
+template <int NR, int MV, bool Masked>
 __attribute__((target("avx512f"))) void group_block(const GroupRows& g, float* out, std::int64_t ldo) {
   __m512 acc[NR][MV];
-  node_block<kGroupLevels, NR, MV>(acc, g, 0);
+  node_block<kGroupLevels, NR, MV, Masked>(acc, g, 0);
 #pragma GCC unroll 8
   for (int i = 0; i < NR; ++i) {
 #pragma GCC unroll 8
     for (int v = 0; v < MV; ++v) {
-      if (v == MV - 1) {
+      if (Masked && v == MV - 1) {
         _mm512_mask_storeu_ps(out + i * ldo + 16 * v, g.last, acc[i][v]);
       } else {
         _mm512_storeu_ps(out + i * ldo + 16 * v, acc[i][v]);
@@ -358,15 +364,15 @@ __attribute__((target("avx512f"))) void group_block(const GroupRows& g, float* o
 
 using GroupBlock = void (*)(const GroupRows&, float*, std::int64_t);
 
-template <int R, int... V>
+template <bool Masked, int R, int... V>
 constexpr std::array<GroupBlock, kGroupVectors> group_blocks_of_rows(std::integer_sequence<int, V...>) {
-  return {&group_block<R, V + 1>...};
+  return {&group_block<R, V + 1, Masked>...};
 }
 
 /// blocks[rows - 1][vectors - 1]: the register blocks of every size a tile's edges need.
-template <int... R>
+template <bool Masked, int... R>
 constexpr std::array<std::array<GroupBlock, kGroupVectors>, kGroupRows> group_blocks(std::integer_sequence<int, R...>) {
-  return {group_blocks_of_rows<R + 1>(std::make_integer_sequence<int, kGroupVectors>{})...};
+  return {group_blocks_of_rows<Masked, R + 1>(std::make_integer_sequence<int, kGroupVectors>{})...};
 }
 
 /// out[mt x width] (row stride ldo) = the node of the group of leaves (of leaf_rows rows, `rows`
@@ -374,16 +380,19 @@ constexpr std::array<std::array<GroupBlock, kGroupVectors>, kGroupRows> group_bl
 /// column block's first column (row stride ldx); dy: those of a at the tile's first column.
 void group_tile(const float* x, std::int64_t ldx, const float* dy, std::int64_t ldd, std::int64_t leaf_rows,
                 std::int64_t rows, float* out, std::int64_t ldo, std::int64_t mt, std::int64_t width) {
-  static constexpr auto kBlocks = group_blocks(std::make_integer_sequence<int, kGroupRows>{});
+  static constexpr auto kWhole = group_blocks<false>(std::make_integer_sequence<int, kGroupRows>{});
+  static constexpr auto kPartial = group_blocks<true>(std::make_integer_sequence<int, kGroupRows>{});
   const std::int64_t vectors = (width + 15) / 16;
   const auto tail = static_cast<int>(width % 16);
   for (std::int64_t i0 = 0; i0 < mt; i0 += kGroupRows) {
     const std::int64_t nr = std::min<std::int64_t>(kGroupRows, mt - i0);
     for (std::int64_t v0 = 0; v0 < vectors; v0 += kGroupVectors) {
       const std::int64_t mv = std::min<std::int64_t>(kGroupVectors, vectors - v0);
-      const auto last = static_cast<__mmask16>(v0 + mv == vectors && tail != 0 ? (1U << tail) - 1U : 0xFFFFU);
-      const GroupRows g{x + 16 * v0, ldx, dy + i0, ldd, leaf_rows, rows, last};
-      kBlocks[static_cast<std::size_t>(nr - 1)][static_cast<std::size_t>(mv - 1)](g, out + i0 * ldo + 16 * v0, ldo);
+      const bool partial = v0 + mv == vectors && tail != 0;
+      const GroupRows g{x + 16 * v0, ldx, dy + i0, ldd, leaf_rows, rows,
+                        static_cast<__mmask16>(partial ? (1U << tail) - 1U : 0xFFFFU)};
+      (partial ? kPartial : kWhole)[static_cast<std::size_t>(nr - 1)][static_cast<std::size_t>(mv - 1)](
+          g, out + i0 * ldo + 16 * v0, ldo);
     }
   }
 }
