@@ -437,6 +437,57 @@ HPCTRAIN_VECTOR_CLONES void add_rows(float* __restrict dst, const float* __restr
   }
 }
 
+/// c's rows cut into `count` tiles as equal as can be: the first `wide` have base + 1 rows.
+struct RowTiles {
+  std::int64_t count, base, wide;
+  /// At most kTreeRows rows per tile.
+  static RowTiles of(std::int64_t m) {
+    const std::int64_t count = (m + kTreeRows - 1) / kTreeRows;
+    return RowTiles{count, m / count, m % count};
+  }
+  static RowTiles one(std::int64_t m) { return RowTiles{1, m, 0}; }
+  std::int64_t most_rows() const { return base + (wide > 0 ? 1 : 0); }
+};
+
+/// gemm_tn_leaf_tree's sum: for every column block of c (on the block's thread) and tile of c's
+/// rows in order, the tree of core/leaf_tree.hpp over `items` nodes, item i computed by
+/// compute(block, first, width, tile, first_row, tile_rows, i, out) into `out` (c's tile or a
+/// per-thread buffer, row stride ldc, at the block's first column), siblings added there while
+/// they are in cache.
+template <class Compute>
+void tree_in_tiles(const Blocks& s, const RowTiles& tiles, std::int64_t items, float* c, std::int64_t ldc,
+                   const Compute& compute) {
+  const int depth = leaf_tree_depth(items);
+  const auto tile_floats = static_cast<std::size_t>(tiles.most_rows() * ldc);
+  for_column_blocks(s, [&](std::size_t block, std::int64_t first, std::int64_t width) {
+    std::vector<std::vector<float>>& nodes = tree_scratch(depth - 1, tile_floats);
+    for (std::int64_t t = 0, t0 = 0; t < tiles.count; ++t) {
+      const std::int64_t mt = tiles.base + (t < tiles.wide ? 1 : 0);
+      const auto slot = [&](int d) { return (d == 0 ? c + t0 * ldc : nodes[static_cast<std::size_t>(d - 1)].data()) + first; };
+      leaf_tree_sum(
+          items, [&](std::int64_t i, int d) { compute(block, first, width, t, t0, mt, i, slot(d)); },
+          [&](int dst, int src) { add_rows(slot(dst), slot(src), mt, width, ldc); });
+      t0 += mt;
+    }
+  });
+}
+
+/// gemm_tn_leaf_tree with groups of kGroupLeaves leaves summed in registers (nodes of level
+/// kGroupLevels) and the tree over the groups in tiles of c's rows: group_tile's bits do not
+/// depend on the tile's height.
+void group_leaf_tree(const Blocks& s, std::int64_t m, std::int64_t rows, std::int64_t leaf_rows, MatrixOperand a,
+                     MatrixOperand b, float* c, std::int64_t ldc) {
+  const std::int64_t group_rows = kGroupLeaves * leaf_rows;
+  const std::int64_t groups = (rows + group_rows - 1) / group_rows;
+  tree_in_tiles(s, RowTiles::of(m), groups, c, ldc,
+                [&](std::size_t, std::int64_t first, std::int64_t width, std::int64_t, std::int64_t t0, std::int64_t mt,
+                    std::int64_t g, float* out) {
+                  const std::int64_t r = g * group_rows;
+                  group_tile(b.data + r * b.ld + first, b.ld, a.data + r * a.ld + t0, a.ld, leaf_rows,
+                             std::min(group_rows, rows - r), out, ldc, mt, width);
+                });
+}
+
 }  // namespace
 
 bool available() {
@@ -545,87 +596,46 @@ bool gemm_tn_leaf_tree(std::int64_t m, std::int64_t n, std::int64_t rows, std::i
   if (short_leaf) kernels_for(m, last_rows, whole[1]);
   if (groups_keep_bits(s, m, n, leaf_rows, a.ld, b.ld, ldc, whole[0]) &&
       (!short_leaf || groups_keep_bits(s, m, n, last_rows, a.ld, b.ld, ldc, whole[1]))) {
-    // Groups of kGroupLeaves leaves summed in registers (nodes of level kGroupLevels), the tree
-    // over the groups in tiles of c's rows: group_tile's bits do not depend on the tile's height.
-    const std::int64_t group_rows = kGroupLeaves * leaf_rows;
-    const std::int64_t groups = (rows + group_rows - 1) / group_rows;
-    const int group_depth = leaf_tree_depth(groups);
-    const std::int64_t tile_rows = std::min(m, kTreeRows);
-    for_column_blocks(s, [&](std::size_t, std::int64_t first, std::int64_t width) {
-      std::vector<std::vector<float>>& nodes = tree_scratch(group_depth - 1, static_cast<std::size_t>(tile_rows * ldc));
-      for (std::int64_t t0 = 0; t0 < m; t0 += tile_rows) {
-        const std::int64_t mt = std::min(tile_rows, m - t0);
-        const auto slot = [&](int d) { return d == 0 ? c + t0 * ldc : nodes[static_cast<std::size_t>(d - 1)].data(); };
-        leaf_tree_sum(
-            groups,
-            [&](std::int64_t g, int d) {
-              const std::int64_t r = g * group_rows;
-              group_tile(b.data + r * b.ld + first, b.ld, a.data + r * a.ld + t0, a.ld, leaf_rows,
-                         std::min(group_rows, rows - r), slot(d) + first, ldc, mt, width);
-            },
-            [&](int dst, int src) { add_rows(slot(dst) + first, slot(src) + first, mt, width, ldc); });
-      }
-    });
+    group_leaf_tree(s, m, rows, leaf_rows, a, b, c, ldc);
     return true;
   }
-  // The full leaves in tiles of c's rows (at most kTreeRows, as equal as can be), so a block's
-  // nodes stay in cache, where that keeps every element's bits (libxsmm's code for some widths
-  // sums differently at other tile heights; tiles_keep_bits checks once per shape).
-  std::int64_t tiles = (m + kTreeRows - 1) / kTreeRows;
-  std::int64_t tile = m / tiles;
-  const std::int64_t wide_tiles = m % tiles;  // the first wide_tiles tiles have tile + 1 rows
+  // Every leaf's product by libxsmm's kernels, in tiles of c's rows so a block's nodes stay in
+  // cache, where that keeps every element's bits (libxsmm's code for some widths sums differently
+  // at other tile heights; tiles_keep_bits checks once per shape); else whole-height tiles.
+  RowTiles tiles = RowTiles::of(m);
   std::array<libxsmm_smmfunction, kMaxBlocks> tiled[2]{};  // [wide tile][block]
-  if (tiles > 1) {
-    kernels_for(tile, leaf_rows, tiled[0]);
-    if (wide_tiles > 0) kernels_for(tile + 1, leaf_rows, tiled[1]);
-    if (!tiles_keep_bits(s, m, n, leaf_rows, a.ld, b.ld, ldc, tiles, whole[0], tiled)) tiles = 1;
+  if (tiles.count > 1) {
+    kernels_for(tiles.base, leaf_rows, tiled[0]);
+    if (tiles.wide > 0) kernels_for(tiles.base + 1, leaf_rows, tiled[1]);
+    if (!tiles_keep_bits(s, m, n, leaf_rows, a.ld, b.ld, ldc, tiles.count, whole[0], tiled)) tiles = RowTiles::one(m);
   }
-  if (tiles == 1) tile = m;
-  const int depth = leaf_tree_depth(leaves);
-  // Slot d of the tree at depth d (slot 0 is c's tile) holds a tile of c's rows, at c's row
-  // stride; with tiles, the short leaf is computed whole in a buffer of its own.
-  const auto tile_floats = static_cast<std::size_t>((tiles > 1 ? tile + 1 : m) * ldc);
-  for_column_blocks(s, [&](std::size_t block, std::int64_t first, std::int64_t width) {
-    std::vector<std::vector<float>>& nodes = tree_scratch(depth - 1, tile_floats);
-    float* short_whole = nullptr;
-    if (tiles > 1 && short_leaf) {
-      std::vector<float>& w = short_leaf_scratch();
-      if (w.size() < static_cast<std::size_t>(m * ldc)) w.resize(static_cast<std::size_t>(m * ldc));
-      short_whole = w.data();
-    }
-    const std::int64_t last_first_row = (leaves - 1) * leaf_rows;
-    if (short_whole != nullptr) {  // the short leaf as gemm() computes it, copied tile by tile below
-      whole[1][block](b.data + last_first_row * b.ld + first, a.data + last_first_row * a.ld, short_whole + first);
-      zero_upper();
-    }
-    for (std::int64_t t = 0, t0 = 0; t < tiles; ++t) {
-      const int wide = t < wide_tiles ? 1 : 0;
-      const std::int64_t mt = tiles == 1 ? m : tile + wide;
-      const auto slot = [&](int d) { return d == 0 ? c + t0 * ldc : nodes[static_cast<std::size_t>(d - 1)].data(); };
-      leaf_tree_sum(
-          leaves,
-          [&](std::int64_t l, int d) {
-            const std::int64_t r = l * leaf_rows;
-            float* to = slot(d) + first;
-            if (short_leaf && l == leaves - 1) {
-              if (short_whole == nullptr) {
-                whole[1][block](b.data + r * b.ld + first, a.data + r * a.ld, to);
-                zero_upper();
-              } else {
-                for (std::int64_t i = 0; i < mt; ++i) {
-                  std::memcpy(to + i * ldc, short_whole + (t0 + i) * ldc + first, static_cast<std::size_t>(width) * sizeof(float));
-                }
-              }
-              return;
-            }
-            const libxsmm_smmfunction k = tiles == 1 ? whole[0][block] : tiled[wide][block];
-            k(b.data + r * b.ld + first, a.data + r * a.ld + t0, to);
-            zero_upper();
-          },
-          [&](int dst, int src) { add_rows(slot(dst) + first, slot(src) + first, mt, width, ldc); });
-      t0 += mt;
-    }
-  });
+  tree_in_tiles(s, tiles, leaves, c, ldc,
+                [&](std::size_t block, std::int64_t first, std::int64_t width, std::int64_t t, std::int64_t t0,
+                    std::int64_t mt, std::int64_t l, float* to) {
+                  const std::int64_t r = l * leaf_rows;
+                  if (!short_leaf || l != leaves - 1) {
+                    const libxsmm_smmfunction k = tiles.count == 1 ? whole[0][block] : tiled[t < tiles.wide ? 1 : 0][block];
+                    k(b.data + r * b.ld + first, a.data + r * a.ld + t0, to);
+                    zero_upper();
+                    return;
+                  }
+                  if (tiles.count == 1) {  // the short leaf as gemm() computes it
+                    whole[1][block](b.data + r * b.ld + first, a.data + r * a.ld, to);
+                    zero_upper();
+                    return;
+                  }
+                  // With tiles, the short leaf is computed whole once per block (in the first
+                  // tile, on the block's thread) and copied tile by tile.
+                  std::vector<float>& w = short_leaf_scratch();
+                  if (t == 0) {
+                    if (w.size() < static_cast<std::size_t>(m * ldc)) w.resize(static_cast<std::size_t>(m * ldc));
+                    whole[1][block](b.data + r * b.ld + first, a.data + r * a.ld, w.data() + first);
+                    zero_upper();
+                  }
+                  for (std::int64_t i = 0; i < mt; ++i) {
+                    std::memcpy(to + i * ldc, w.data() + (t0 + i) * ldc + first, static_cast<std::size_t>(width) * sizeof(float));
+                  }
+                });
   return true;
 }
 
