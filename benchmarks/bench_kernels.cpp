@@ -457,6 +457,53 @@ void register_streaming_benchmarks() {
   }
 }
 
+/// A training batch from a data set held in memory: 128 rows of 784 floats (the MLP's batch on
+/// one rank) at random places in a 60,000-row table (Fashion-MNIST's 188 MB training split, far
+/// larger than the caches), a fresh random set each iteration. Timed: core::gather_rows_from_host
+/// straight into the model's input, as the trainer loads an in-memory batch (since stop 47).
+/// Peer in the same iteration: the path before it, the rows copied one after another into a
+/// new host vector (io::InMemoryDataset::read) and that vector copied into the input
+/// (core::from_host). frac_of_copy_path: the peer's time over the gather's.
+void bench_batch_gather(benchmark::State& state) {
+  try {
+    constexpr std::int64_t kRows = 60000, kWidth = 784, kBatch = 128;
+    static const std::vector<float> table = random_host(kRows * kWidth, 21);
+    const core::Vec<float> x = core::make_tensor<float>("bench::batch_x", {kBatch * kWidth}).data;
+    std::mt19937_64 gen(22);
+    std::uniform_int_distribution<std::int64_t> pick(0, kRows - 1);
+    std::vector<std::int64_t> rows(kBatch);
+    double gather_s = 0, copy_path_s = 0;
+    for (auto _ : state) {
+      for (auto& r : rows) r = pick(gen);
+      auto t0 = Clock::now();
+      core::gather_rows_from_host(x, table.data(), kWidth, rows.data(), kBatch);
+      fence();
+      const double t = seconds_since(t0);
+      for (auto& r : rows) r = pick(gen);
+      t0 = Clock::now();
+      {
+        std::vector<float> samples;
+        samples.resize(static_cast<std::size_t>(kBatch * kWidth));
+        for (std::int64_t k = 0; k < kBatch; ++k) {
+          std::copy_n(table.data() + rows[static_cast<std::size_t>(k)] * kWidth, kWidth, samples.data() + k * kWidth);
+        }
+        core::from_host(x, samples);
+        fence();
+      }
+      copy_path_s += seconds_since(t0);
+      gather_s += t;
+      state.SetIterationTime(t);
+    }
+    const double n = static_cast<double>(state.iterations());
+    state.counters["us_per_batch"] = gather_s / n * 1e6;
+    state.counters["copy_path_us_per_batch"] = copy_path_s / n * 1e6;
+    state.counters["frac_of_copy_path"] = copy_path_s / gather_s;
+    state.counters["GB_per_s"] = 2.0 * sizeof(float) * kBatch * kWidth * n / gather_s * 1e-9;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // ---- training step -------------------------------------------------------------------------
 
 /// The training steps' optimiser: SGD, lr 0.01, momentum 0.9.
@@ -650,6 +697,7 @@ void register_benchmarks() {
     }
   }
   register_streaming_benchmarks();
+  benchmark::RegisterBenchmark("stream/batch_gather/mlp", bench_batch_gather)->UseManualTime()->Unit(benchmark::kMicrosecond);
   for (const std::string model : {"mlp", "cnn"}) {
     benchmark::RegisterBenchmark(("train_step/" + model).c_str(), bench_train_step, model)
         ->Arg(64)

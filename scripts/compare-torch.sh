@@ -23,7 +23,11 @@
 # (one process with C intra-op threads; DDP over gloo with C single-thread ranks) and
 # hpctrain's (one rank per core; one rank with C threads for OpenBLAS and oneDNN). For every
 # model each configuration runs back to back (alternating sides with --repeats N, best kept:
-# neighbours only ever slow a run down); each side's best configuration is compared.
+# neighbours only ever slow a run down); each side's best configuration is compared. With
+# --repeats N >= 2 the table also gives each repeat's ratio (the two sides' best runs of that
+# repeat, minutes apart at most) and their median: on a shared machine whose speed changes from
+# one minute to the next, the best-of-all ratio can pair one side's fast minute with the
+# other's slow one, and the median of the per-repeat ratios is the steadier figure.
 #
 # The peer is PyTorch 2.15.0 from PyPI in a virtual environment under the build folder
 # ($build/peer-venv), created with pip on first use (several GB: the wheel pulls CUDA
@@ -193,11 +197,12 @@ done
 echo "compare-torch: runs took $(($(date +%s) - start)) s; load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/environment.txt"
 
 labels=$(for m in $models; do model_label "$m"; done | tr '\n' ' ')
-"$python" - "$out" "$labels" "$hpctrain_configs" "$torch_configs" "$cores" "$models" "$seeds" <<'EOF2' | tee "$out/table.md"
+"$python" - "$out" "$labels" "$hpctrain_configs" "$torch_configs" "$cores" "$models" "$seeds" "$repeats" <<'EOF2' | tee "$out/table.md"
 import glob, json, os, sys
 
 out, models = sys.argv[1], sys.argv[2].split()
 hconfigs, tconfigs, cores = sys.argv[3].split(), sys.argv[4].split(), int(sys.argv[5])
+repeats = int(sys.argv[8])
 seeds = sys.argv[7].split()
 paths = dict(zip(models, sys.argv[6].split()))  # label -> mlp, cnn or a config file
 # Training FLOPs per sample (benchmarks/bench_train.cpp's header derives them).
@@ -207,10 +212,10 @@ bound = json.load(open(os.path.join(out, "sgemm-bound.json")))["benchmarks"]
 sgemm_1t = max(b["GFLOPs"] for b in bound if b.get("aggregate_name") in ("median", "mean", None)) * 1e9
 sgemm_machine = sgemm_1t * cores
 
-def runs(side, model, config):
-    """(samples/s, test accuracy) of every repeat of one side/model/config."""
+def runs(side, model, config, repeat="*"):
+    """(samples/s, test accuracy) of every repeat (or of one) of one side/model/config."""
     found = []
-    for f in sorted(glob.glob(os.path.join(out, f"{side}-{model}-{config}-r*.json"))):
+    for f in sorted(glob.glob(os.path.join(out, f"{side}-{model}-{config}-r{repeat}-s*.json"))):
         text = open(f).read().strip()
         if not text:
             continue
@@ -244,6 +249,22 @@ def best(side, model, configs):
     cands = [(s, a, c) for c in configs for (s, a) in runs(side, model, c)]
     return max(cands, key=lambda r: r[0]) if cands else (None, None, None)
 
+def repeat_ratios(model):
+    """Per repeat (and seed), hpctrain's best configuration over torch's best in that repeat: the
+    two sides ran back to back, so a slow phase of a shared machine hits both of a repeat's runs
+    more often than the best-of-all ratio, which can pair one side's fast minute with the other's slow one."""
+    ratios = []
+    for r in range(1, repeats + 1):
+        h = max((s for c in hconfigs for s, _ in runs("hpctrain", model, c, r)), default=None)
+        t = max((s for c in tconfigs for s, _ in runs("torch", model, c, r)), default=None)
+        if h and t:
+            ratios.append(h / t)
+    return ratios
+
+def median(xs):
+    xs = sorted(xs)
+    return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
+
 def fmt(x, spec, unit=""):
     return "—" if x is None else format(x, spec) + unit
 
@@ -259,8 +280,8 @@ def accuracy(side, model, config, single):
 
 print(f"sgemm bound: {sgemm_1t / 1e9:.0f} GFLOP/s per core (OpenBLAS, 1 thread, 1024^3) x {cores} cores\n")
 rows = ["| model | hpctrain config | hpctrain samples/s | torch best config | torch samples/s | ratio "
-        "| hpctrain test acc | torch test acc | hpctrain frac of sgemm bound | all configs (samples/s) |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
+        "| ratio per repeat (median) | hpctrain test acc | torch test acc | hpctrain frac of sgemm bound | all configs (samples/s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
 for model in models:
     h, ha, hc = best("hpctrain", model, hconfigs)
     t, ta, tc = best("torch", model, tconfigs)
@@ -270,12 +291,15 @@ for model in models:
     every = ", ".join(
         [f"hpctrain {c}: {fmt(max((s for s, _ in runs('hpctrain', model, c)), default=None), '.0f')}" for c in hconfigs] +
         [f"torch {c}: {fmt(max((s for s, _ in runs('torch', model, c)), default=None), '.0f')}" for c in tconfigs])
+    per_repeat = repeat_ratios(model)
+    per_repeat_text = (", ".join(f"{x:.2f}" for x in per_repeat) + f" ({median(per_repeat):.2f}×)") if per_repeat else "—"
     rows.append(f"| {model} | {hc or '—'} | {fmt(h, '.0f')} | {tc or '—'} | {fmt(t, '.0f')} | {fmt(ratio, '.2f', '×')} "
-                f"| {accuracy('hpctrain', model, hc, ha)} | {accuracy('torch', model, tc, ta)} "
+                f"| {per_repeat_text} | {accuracy('hpctrain', model, hc, ha)} | {accuracy('torch', model, tc, ta)} "
                 f"| {fmt(frac, '.2f')} | {every} |")
 print("\n".join(rows))
 print()
 print(("Test accuracy: mean ± standard deviation over the seeds " + " ".join(seeds) + " (n runs). " if len(seeds) > 1 else "") + "Config RxT = R ranks x T threads. Ratio = hpctrain best / torch best samples/s (global batch 128, "
-      "after the warm-up steps). Test accuracy on the 10,000-sample test split after the same steps. "
+      "after the warm-up steps); per repeat: the same within each repeat, whose runs ran back to back "
+      "(the sides alternate which goes first), and their median. Test accuracy on the 10,000-sample test split after the same steps. "
       "frac of sgemm bound = samples/s x training FLOPs per sample / (1-thread sgemm x cores).")
 EOF2

@@ -39,9 +39,8 @@ void add_row_bias(const Matrix<T>& y, const Vec<T>& b) {
   const auto n = static_cast<std::int64_t>(y.size());
   const Matrix<T> yy = y;
   const Vec<T> bb = b;
-  Kokkos::parallel_for(
-      "hpctrain::add_row_bias", Range(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i) { yy(i / cols, i % cols) += bb(i % cols); });
+  detail::host_parallel_for(
+      "hpctrain::add_row_bias", n, KOKKOS_LAMBDA(const std::int64_t i) { yy(i / cols, i % cols) += bb(i % cols); });
 }
 
 namespace {
@@ -76,9 +75,11 @@ void accumulate_column_sums(const Matrix<T>& dy, const Vec<T>& db) {
   // a row's contiguous columns, so it vectorises instead of striding (the strided form was 3 %
   // of an MLP step in perf; the bias gradients of the dense layers).
   constexpr std::int64_t kWidth = 16;
+  // The blocks are independent, so they run on the rank's threads (detail::host_parallel_for)
+  // with the same bits at any thread count.
   const T* const d = dy.data();
-  Kokkos::parallel_for(
-      "hpctrain::accumulate_column_sums", Range(0, (cols + kWidth - 1) / kWidth),
+  detail::host_parallel_for(
+      "hpctrain::accumulate_column_sums", (cols + kWidth - 1) / kWidth,
       KOKKOS_LAMBDA(const std::int64_t block) {
         const std::int64_t c0 = block * kWidth;
         const std::int64_t w = cols - c0 < kWidth ? cols - c0 : kWidth;
@@ -95,7 +96,8 @@ void accumulate_column_sums(const Matrix<T>& dy, const Vec<T>& db) {
           }
         }
         for (std::int64_t j = 0; j < w; ++j) db(c0 + j) += s[j];
-      });
+      },
+      rows * kWidth);
 }
 
 template <class T>
@@ -136,8 +138,10 @@ void accumulate_row_sums(const Matrix<T>& m, const Vec<T>& db) {
 template <class T>
 void relu_forward(const Vec<T>& x, const Vec<T>& y) {
   const std::int64_t n = same_size(x, y, "relu_forward");
-  Kokkos::parallel_for(
-      "hpctrain::relu_forward", Range(0, n),
+  // On the rank's threads (element-wise: the same bits at any count); on one thread this was
+  // 1.5 % of an MLP step at 1 rank x 2 threads with the second thread spinning (perf, stop 47).
+  detail::host_parallel_for(
+      "hpctrain::relu_forward", n,
       KOKKOS_LAMBDA(const std::int64_t i) {
         const T v = x(i);  // loaded unconditionally: the select then vectorises (no branch)
         y(i) = v > T(0) ? v : T(0);
@@ -148,8 +152,8 @@ template <class T>
 void relu_backward(const Vec<T>& y, const Vec<T>& dy, const Vec<T>& dx) {
   const std::int64_t n = same_size(y, dy, "relu_backward");
   same_size(dy, dx, "relu_backward");
-  Kokkos::parallel_for(
-      "hpctrain::relu_backward", Range(0, n),
+  detail::host_parallel_for(
+      "hpctrain::relu_backward", n,
       KOKKOS_LAMBDA(const std::int64_t i) {
         const T g = dy(i);  // loaded unconditionally: the select then vectorises (no branch)
         dx(i) = y(i) > T(0) ? g : T(0);
@@ -230,8 +234,8 @@ void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per
   const std::int64_t first = key.first_sample;
   const std::int64_t per = elements_per_sample;
   const T keep_scale = T(1.0 / (1.0 - rate));
-  Kokkos::parallel_for(
-      "hpctrain::dropout_apply", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+  detail::host_parallel_for(
+      "hpctrain::dropout_apply", n, KOKKOS_LAMBDA(const std::int64_t i) {
         const auto sample = static_cast<std::uint64_t>(first + i / per);
         const auto element = static_cast<std::uint64_t>(i % per);
         const bool keep = uniform01(counter_hash(stream, step, sample, element)) >= rate;
@@ -245,22 +249,22 @@ void add(const Vec<T>& a, const Vec<T>& b, bool relu, const Vec<T>& out) {
   same_size(a, out, "add");
   // Two kernels, not a flag inside one: a run-time flag in the loop keeps it scalar.
   if (relu) {
-    Kokkos::parallel_for(
-        "hpctrain::add_relu", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+    detail::host_parallel_for(
+        "hpctrain::add_relu", n, KOKKOS_LAMBDA(const std::int64_t i) {
           const T v = a(i) + b(i);
           out(i) = v > T(0) ? v : T(0);
         });
   } else {
-    Kokkos::parallel_for(
-        "hpctrain::add", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) { out(i) = a(i) + b(i); });
+    detail::host_parallel_for(
+        "hpctrain::add", n, KOKKOS_LAMBDA(const std::int64_t i) { out(i) = a(i) + b(i); });
   }
 }
 
 template <class T>
 void axpy(T alpha, const Vec<T>& x, const Vec<T>& y) {
   const std::int64_t n = same_size(x, y, "axpy");
-  Kokkos::parallel_for(
-      "hpctrain::axpy", Range(0, n), KOKKOS_LAMBDA(const std::int64_t i) { y(i) += alpha * x(i); });
+  detail::host_parallel_for(
+      "hpctrain::axpy", n, KOKKOS_LAMBDA(const std::int64_t i) { y(i) += alpha * x(i); });
 }
 
 template <class T>

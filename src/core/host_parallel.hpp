@@ -7,8 +7,8 @@
 // (HPCTRAIN_HAVE_OPENMP: host builds whose compiler has it) and a Serial execution space these
 // loops run on that team instead, with the thread count the Environment chose
 // (omp_set_num_threads), also where deterministic training holds oneDNN at one thread
-// (held_kernel_threads). Every body is element-wise or an integer count, so the result has the
-// same bits at any thread count. Other execution spaces (Kokkos OpenMP, CUDA) keep Kokkos.
+// (held_kernel_threads). Every body is element-wise, an integer count, or a block whose sums
+// keep their own order (column sums), so the result has the same bits at any thread count. Other execution spaces (Kokkos OpenMP, CUDA) keep Kokkos.
 
 #include <Kokkos_Core.hpp>
 
@@ -47,12 +47,15 @@ constexpr bool host_loops_on_openmp() {
 }
 
 /// body(i) for i in [0, n): on the OpenMP team where host_loops_on_openmp(), else as the Kokkos
-/// kernel `name`. `body` must be element-wise (no reductions, no order).
+/// kernel `name`. `body` must be element-wise (no reductions, no order). `elements_per_index`:
+/// how many elements one body(i) touches (a block of columns, a row), for the size below which
+/// the loop stays on the calling thread.
 template <class Body>
-void host_parallel_for(const char* name, std::int64_t n, const Body& body) {
+void host_parallel_for(const char* name, std::int64_t n, const Body& body, std::int64_t elements_per_index = 1) {
   if constexpr (host_loops_on_openmp()) {
 #if defined(HPCTRAIN_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) num_threads(stable_kernel_team()) if (n >= kHostParallelMin)
+    const bool fork = n > 1 && n * elements_per_index >= kHostParallelMin;
+#pragma omp parallel for schedule(static) num_threads(stable_kernel_team()) if (fork)
     for (std::int64_t i = 0; i < n; ++i) body(i);
 #endif
   } else {

@@ -1,7 +1,9 @@
 #include "hpctrain/core/tensor.hpp"
 
 #include "hpctrain/base/error.hpp"
+#include "host_parallel.hpp"
 
+#include <cstring>
 #include <sstream>
 
 namespace hpctrain::core {
@@ -103,6 +105,28 @@ void from_host(const Vec<T>& v, const std::vector<T>& host) {
 }
 
 template <class T>
+void gather_rows_from_host(const Vec<T>& v, const T* table, std::int64_t width, const std::int64_t* rows,
+                           std::int64_t count) {
+  HPCTRAIN_REQUIRE(width >= 0 && count >= 0 && static_cast<std::int64_t>(v.extent(0)) == width * count,
+                   "gather_rows_from_host: " + std::to_string(count) + " rows of " + std::to_string(width) +
+                       " for a View of " + std::to_string(v.extent(0)));
+  const auto bytes = static_cast<std::size_t>(width) * sizeof(T);
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    ExecSpace().fence();
+    T* const out = v.data();
+    // One row per index: the rows are scattered over the table (a shuffled batch), so two
+    // threads keep twice the cache misses in flight.
+    detail::host_parallel_for(
+        "hpctrain::gather_rows_from_host", count,
+        [=](std::int64_t k) { std::memcpy(out + k * width, table + rows[k] * width, bytes); }, width);
+  } else {
+    std::vector<T> host(static_cast<std::size_t>(width * count));
+    for (std::int64_t k = 0; k < count; ++k) std::memcpy(host.data() + k * width, table + rows[k] * width, bytes);
+    from_host(v, host);
+  }
+}
+
+template <class T>
 Tensor<T> tensor_from_host(const std::string& label, Shape shape, const std::vector<T>& host) {
   Tensor<T> t = make_tensor<T>(label, std::move(shape));
   from_host(t.data, host);
@@ -128,6 +152,7 @@ Tensor<To> convert(const Tensor<From>& src, const std::string& label) {
   template void fill<T>(const Vec<T>&, T);                                               \
   template std::vector<T> to_host<T>(const Vec<T>&);                                     \
   template void from_host<T>(const Vec<T>&, const std::vector<T>&);                      \
+  template void gather_rows_from_host<T>(const Vec<T>&, const T*, std::int64_t, const std::int64_t*, std::int64_t); \
   template Tensor<T> tensor_from_host<T>(const std::string&, Shape, const std::vector<T>&);
 
 HPCTRAIN_INSTANTIATE(float)

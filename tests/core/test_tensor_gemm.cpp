@@ -47,6 +47,40 @@ TEST(Tensor, EnsureShapeReusesStorageOfTheSameSize) {
   EXPECT_EQ(t.data.label(), "t");
 }
 
+// A batch gathered from a table in memory: rows in the order asked (repeats allowed), the same
+// bytes as copying each row, at one and two threads (large enough to run on the team), and a
+// clear error for a destination of the wrong size.
+TEST(Tensor, GatherRowsCopiesTheRowsAskedInOrderAtAnyThreadCount) {
+  const std::int64_t table_rows = 300, width = 131;  // 131 floats: rows not 64-byte aligned
+  const std::vector<float> table = random_values<float>(table_rows * width, 5);
+  const int threads_before = std::max(1, blas_threads());
+  for (const std::int64_t count : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7}, std::int64_t{400}}) {
+    std::vector<std::int64_t> rows;
+    for (std::int64_t k = 0; k < count; ++k) rows.push_back((k * 97 + 13) % table_rows);
+    if (count > 2) rows[2] = rows[1];  // a repeat
+    std::vector<float> want;
+    for (const std::int64_t r : rows) want.insert(want.end(), table.begin() + r * width, table.begin() + (r + 1) * width);
+    for (const int threads : {1, 2}) {
+      set_blas_threads(threads);
+      const Vec<float> v("gathered", static_cast<std::size_t>(count * width));
+      fill(v, -1.0F);
+      gather_rows_from_host(v, table.data(), width, rows.data(), count);
+      const std::vector<float> got = to_host(v);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+          << count << " rows at " << threads << " threads";
+    }
+  }
+  set_blas_threads(threads_before);
+  const std::int64_t two[2] = {0, 1};
+  try {
+    gather_rows_from_host(Vec<float>("short", 10), table.data(), width, two, 2);
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 rows of 131 for a View of 10"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Tensor, HostRoundTripAndConvert) {
   const std::vector<float> h{1.5f, -2.f, 3.25f};
   const Tensor<float> t = tensor_from_host<float>("t", {3}, h);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "hpctrain/io/in_memory_dataset.hpp"
+#include "hpctrain/io/prefetcher.hpp"
 #include "io_test_support.hpp"
 
 namespace io = hpctrain::io;
@@ -47,5 +48,37 @@ TEST(InMemoryDataset, SameValuesAsTheReaderForAnyIndices) {
     FAIL() << "no exception";
   } catch (const hpctrain::Error& e) {
     EXPECT_NE(std::string(e.what()).find("sample index 5000 is not in [0, 5000)"), std::string::npos) << e.what();
+  }
+}
+
+// A batch of a source held in memory is not copied: read_batch points it at the source's rows
+// (the model's input gathers them), with the reader's labels; the rows are the reader's bytes.
+TEST(InMemoryDataset, BatchesPointAtTheResidentRowsWithTheReadersValues) {
+  TempDir dir;
+  RawDataset d;
+  d.count = 103;
+  d.sample_dims = {1, 3, 3};
+  const std::string path = dir.file("resident.h5");
+  io::test::write_dataset_file(path, d);
+  const io::DatasetReader reader(path);
+  const io::InMemoryDataset memory(reader);
+  EXPECT_FALSE(reader.resident().has_value());  // a file is read, never pointed at
+  ASSERT_TRUE(memory.resident().has_value());
+  for (int rank = 0; rank < 2; ++rank) {
+    const io::EpochPlan plan(103, 10, rank, 2, 11, /*drop_last=*/false);
+    for (std::int64_t b = 0; b < plan.batches_per_epoch(); ++b) {
+      const io::Batch want = io::read_batch(reader, plan, 1, b);
+      const io::Batch got = io::read_batch(memory, plan, 1, b);
+      ASSERT_EQ(want.resident, nullptr);
+      ASSERT_EQ(got.resident, memory.resident()->samples);
+      EXPECT_TRUE(got.samples.empty());
+      EXPECT_EQ(got.sample_indices, want.sample_indices);
+      EXPECT_EQ(got.count, want.count);
+      EXPECT_EQ(got.labels, want.labels);
+      for (std::size_t k = 0; k < got.count; ++k) {
+        EXPECT_EQ(0, std::memcmp(got.resident + got.sample_indices[k] * 9, want.samples.data() + k * 9, 9 * sizeof(float)))
+            << "batch " << b << " sample " << k;
+      }
+    }
   }
 }

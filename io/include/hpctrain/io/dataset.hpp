@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,15 @@ class SampleSource {
   /// and `labels`. The outputs are resized. Each index must lie in [0, count).
   virtual void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
                     std::vector<std::int32_t>& labels) const = 0;
+  /// A source whose normalised samples all sit in memory: count x sample_size floats, row-major
+  /// by global index, and count labels, valid while the source lives. read_batch then leaves a
+  /// batch's samples where they are and the model's input gathers them itself (no copy).
+  struct Resident {
+    const float* samples = nullptr;
+    const std::int32_t* labels = nullptr;
+  };
+  /// The resident samples, or nothing (the default: samples must be read).
+  virtual std::optional<Resident> resident() const noexcept { return std::nullopt; }
 };
 
 /// What identifies a data file's contents on disk without reading them: where it lives (device,

@@ -24,8 +24,13 @@ struct Batch {
   std::int64_t global_batch_size = 0;
   /// Samples on this rank (may be 0 when the global batch is smaller than the rank count).
   std::size_t count = 0;
-  /// count x sample_size floats, row-major (sample, then C, H, W), normalised.
+  /// count x sample_size floats, row-major (sample, then C, H, W), normalised. Empty when
+  /// `resident` is set.
   std::vector<float> samples;
+  /// Set where the source holds every sample in memory (SampleSource::resident): sample k of
+  /// this batch is row sample_indices[k] of it, not copied into `samples` (the model's input
+  /// gathers it: train::DeviceBatch::load).
+  const float* resident = nullptr;
   std::vector<std::int32_t> labels;
   /// The global index in the data set of each sample, in the order above.
   std::vector<std::int64_t> sample_indices;

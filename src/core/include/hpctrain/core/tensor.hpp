@@ -94,6 +94,14 @@ std::vector<T> to_host(const Vec<T>& v);
 template <class T>
 void from_host(const Vec<T>& v, const std::vector<T>& host);
 
+/// Rows rows[0], ..., rows[count - 1] of the host table `table` (row-major, `width` elements a
+/// row) copied in that order into `v` (count x width elements): a batch gathered from a data
+/// set held in memory. Where `v` is in host memory, on the rank's threads (each row a copy,
+/// so the same bytes at any thread count); elsewhere through a host buffer.
+template <class T>
+void gather_rows_from_host(const Vec<T>& v, const T* table, std::int64_t width, const std::int64_t* rows,
+                           std::int64_t count);
+
 /// A device tensor holding `host` data.
 template <class T>
 Tensor<T> tensor_from_host(const std::string& label, Shape shape, const std::vector<T>& host);
