@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -33,9 +34,23 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-// A file in the test's own temporary directory (ctest runs each TEST as its own process).
+// The test process's own temporary directory (ctest runs each TEST as its own process), removed
+// when the process exits.
+const fs::path& test_dir() {
+  struct Dir {
+    fs::path path;
+    ~Dir() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  };
+  static const Dir dir{fs::temp_directory_path() / ("hpctrain_tuning_test_" + std::to_string(::getpid()))};
+  return dir.path;
+}
+
+// A file in test_dir().
 std::string write_file(const std::string& name, const std::string& text) {
-  const fs::path dir = fs::temp_directory_path() / ("hpctrain_tuning_test_" + std::to_string(::getpid()));
+  const fs::path& dir = test_dir();
   fs::create_directories(dir);
   const fs::path p = dir / name;
   std::ofstream(p) << text;

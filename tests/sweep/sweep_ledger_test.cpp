@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
@@ -38,8 +39,18 @@ std::unique_ptr<Scheduler> make(const std::string& kind, double rf = 2.0) {
   return std::make_unique<PbtScheduler>(PbtOptions{1, 0.5, {0.8, 1.2}, Mode::max, 3}, lr_space());
 }
 
+// An empty directory `name` under the test process's own temporary directory, which is removed
+// when the process exits.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("hpctrain_ledger_test_" + name + "_" + std::to_string(::getpid()));
+  struct Dir {
+    fs::path path;
+    ~Dir() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  };
+  static const Dir parent{fs::temp_directory_path() / ("hpctrain_ledger_test_" + std::to_string(::getpid()))};
+  const fs::path dir = parent.path / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
