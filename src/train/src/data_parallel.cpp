@@ -115,13 +115,19 @@ void DataParallel::launch_ready(std::size_t layer_done) {
 }
 
 void DataParallel::launch(std::size_t bucket) {
+  const coll::DataType type = options_.wire_type;
+  // One rank: a sum of one term is that term, so an f32 all-reduce or reduce-scatter in place
+  // has nothing to do. Not handing it to the progress thread saves two wake-ups of that thread
+  // per MLP step (each takes a core from a rank whose threads fill the node: 1 rank x 2
+  // threads). A narrower wire type still goes through its pack and unpack (their rounding is
+  // part of the result at any rank count).
+  if (comm_.size() == 1 && type == coll::DataType::f32) return;
   // The kernels that wrote these gradients must have finished before the communication
   // thread reads them (a no-op on host backends; required on GPUs).
   Kokkos::fence();
   const GradientBucket& b = buckets_[bucket];
   const auto n = static_cast<std::size_t>(b.count);
   void* data = buffers_.gradients.data() + b.offset;
-  const coll::DataType type = options_.wire_type;
   if constexpr (!kHostBuffers) {
     // Device gradients: the all-reduce's device overload (staged through a DeviceMemory, or
     // NCCL); the wire casts and reduce-scatter read them on the host, so not yet on a device.
