@@ -449,6 +449,8 @@ void register_streaming_benchmarks() {
        f * n + (f + i64) * pooled + f * pooled},
       {"softmax_ce", [&b] { core::softmax_cross_entropy(b.logits, b.labels, 64 * 16, b.dlogits); }, 2 * f * 64 * 16 * 10},
       {"sgd_momentum", [&b] { b.sgd.step(b.p, b.g); }, 5 * f * params},
+      // The gradient's finiteness scan before every optimiser step (read once).
+      {"count_nonfinite", [&b] { benchmark::DoNotOptimize(core::count_nonfinite(b.g)); }, f * params},
   };
   for (const auto& c : cases) {
     benchmark::RegisterBenchmark(("stream/" + c.name).c_str(), bench_streaming, c.run, c.bytes)
