@@ -581,16 +581,26 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
       rows = padded_data + first * ldb;
     }
     kernels[block](at_data, rows, t_data + first * m);
-    zero_upper();
-    for (std::int64_t i = 0; i < m; ++i) {
-      float* row = c + i * ldc;
-      const float* column = t_data + i;
-      if (bias != nullptr) {
-        for (std::int64_t j = first; j < first + count; ++j) row[j] = column[j * m] + bias[j];
-      } else if (beta != 0.0F) {
+    if (beta != 0.0F) {
+      zero_upper();
+      for (std::int64_t i = 0; i < m; ++i) {
+        float* row = c + i * ldc;
+        const float* column = t_data + i;
         for (std::int64_t j = first; j < first + count; ++j) row[j] += column[j * m];
-      } else {
-        for (std::int64_t j = first; j < first + count; ++j) row[j] = column[j * m];
+      }
+      return;
+    }
+    // The block of t (column-major m x count) into c's rows by libxsmm's transpose (a strided
+    // gather per element before), then the bias added along each row: one rounding, t + bias,
+    // as before.
+    libxsmm_otrans(c + first, t_data + first * m, sizeof(float), static_cast<libxsmm_blasint>(m),
+                   static_cast<libxsmm_blasint>(count), static_cast<libxsmm_blasint>(m),
+                   static_cast<libxsmm_blasint>(ldc));
+    zero_upper();
+    if (bias != nullptr) {
+      for (std::int64_t i = 0; i < m; ++i) {
+        float* row = c + i * ldc;
+        for (std::int64_t j = first; j < first + count; ++j) row[j] += bias[j];
       }
     }
   });
