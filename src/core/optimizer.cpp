@@ -1,10 +1,13 @@
 #include "hpctrain/core/optimizer.hpp"
 
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/base/vector_clones.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
 #include "host_parallel.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace hpctrain::core {
 
@@ -40,6 +43,52 @@ void for_trainable(const char* name, std::int64_t n, const Vec<T>& trainable, co
         if (mask(i) != T(0)) body(i);
       });
 }
+
+/// The momentum step on [first, last), the lambda's IEEE operations in its order per element
+/// (this file is compiled with -ffp-contract=off: no fused multiply-add in any clone).
+template <class T>
+HPCTRAIN_ALWAYS_INLINE inline void sgd_momentum_loop(T* __restrict params, const T* __restrict grads, T* __restrict v,
+                                                     std::int64_t first, std::int64_t last, T lr, T wd, T mu,
+                                                     bool first_step, bool nesterov) {
+  if (first_step) {
+    for (std::int64_t i = first; i < last; ++i) {
+      const T g = grads[i] + wd * params[i];
+      v[i] = g;
+      params[i] -= lr * (nesterov ? g + mu * g : g);
+    }
+  } else if (nesterov) {
+    for (std::int64_t i = first; i < last; ++i) {
+      const T g = grads[i] + wd * params[i];
+      const T vi = mu * v[i] + g;
+      v[i] = vi;
+      params[i] -= lr * (g + mu * vi);
+    }
+  } else {
+    for (std::int64_t i = first; i < last; ++i) {
+      const T g = grads[i] + wd * params[i];
+      const T vi = mu * v[i] + g;
+      v[i] = vi;
+      params[i] -= lr * vi;
+    }
+  }
+}
+
+// The optimiser step is the MLP's largest pass outside gemm; compiled for the baseline x86-64
+// alone it ran SSE2 code, four floats an instruction, and was bound by instructions, not memory
+// (vector_clones.hpp: AVX-512 and AVX2 clones picked at load time, the same bits).
+HPCTRAIN_VECTOR_CLONES void sgd_momentum_range(float* __restrict params, const float* __restrict grads,
+                                               float* __restrict v, std::int64_t first, std::int64_t last, float lr,
+                                               float wd, float mu, bool first_step, bool nesterov) {
+  sgd_momentum_loop(params, grads, v, first, last, lr, wd, mu, first_step, nesterov);
+}
+HPCTRAIN_VECTOR_CLONES void sgd_momentum_range(double* __restrict params, const double* __restrict grads,
+                                               double* __restrict v, std::int64_t first, std::int64_t last,
+                                               double lr, double wd, double mu, bool first_step, bool nesterov) {
+  sgd_momentum_loop(params, grads, v, first, last, lr, wd, mu, first_step, nesterov);
+}
+
+/// Elements per call of a cloned range kernel on the OpenMP team.
+constexpr std::int64_t kRangeChunk = std::int64_t{1} << 14;
 
 }  // namespace
 
@@ -77,6 +126,23 @@ void Sgd<T>::step(const Vec<T>& params, const Vec<T>& grads) {
     const Vec<T> v = momentum_;
     const bool first = this->steps_ == 0;
     const bool nesterov = options_.nesterov;
+    if constexpr (detail::host_loops_on_openmp()) {
+      if (this->trainable_.extent(0) == 0) {  // every parameter trains: chunks of the cloned loop
+        T* const p = params.data();
+        const T* const g = grads.data();
+        T* const vv = v.data();
+        const std::int64_t chunks = (n + kRangeChunk - 1) / kRangeChunk;
+        detail::host_parallel_for(
+            "hpctrain::sgd_momentum_step", chunks,
+            [=](std::int64_t c) {
+              sgd_momentum_range(p, g, vv, c * kRangeChunk, std::min(n, (c + 1) * kRangeChunk), lr, wd, mu, first,
+                                 nesterov);
+            },
+            kRangeChunk);
+        ++this->steps_;
+        return;
+      }
+    }
     for_trainable(
         "hpctrain::sgd_momentum_step", n, this->trainable_, KOKKOS_LAMBDA(const std::int64_t i) {
           const T g = grads(i) + wd * params(i);

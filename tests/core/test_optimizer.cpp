@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 namespace hpctrain::core {
@@ -120,6 +121,25 @@ TEST(Optimizer, StepsHaveTheSameBitsAtAnyThreadCount) {
     }
   }
   set_blas_threads(before);
+}
+
+// Without a mask the SGD step runs a loop compiled for AVX-512, AVX2 and the baseline (picked at
+// load time); with a mask of ones it runs the element-wise lambda. Both must give the same bits
+// (no fused multiply-add in any clone), with and without Nesterov, first step included, on a
+// length that leaves a partial vector and a partial chunk.
+TEST(Sgd, VectorisedStepHasTheElementWiseLoopsBits) {
+  const GradientSequence r = make_run(40'009, 3);
+  const auto ones = tensor_from_host<float>("ones", {40'009}, std::vector<float>(40'009, 1.0f));
+  for (const bool nesterov : {false, true}) {
+    Sgd<float> plain(SgdOptions{0.1, 0.9, 0.01, nesterov}), masked(SgdOptions{0.1, 0.9, 0.01, nesterov});
+    masked.set_trainable_mask(ones.data);
+    const std::vector<float> a = run_float(plain, r), b = run_float(masked, r);
+    ASSERT_EQ(a.size(), b.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << (nesterov ? "nesterov" : "momentum");
+    expect_close(a, sgd_reference(r, 0.1, 0.9, 0.01, nesterov));
+  }
 }
 
 TEST(AdamW, RestoredStateContinuesIdentically) {
