@@ -67,7 +67,8 @@ TEST(Tensor, GatherRowsCopiesTheRowsAskedInOrderAtAnyThreadCount) {
       gather_rows_from_host(v, table.data(), width, rows.data(), count);
       const std::vector<float> got = to_host(v);
       ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+      // (memcmp may not be given the null data() of an empty vector)
+      EXPECT_TRUE(got.empty() || std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0)
           << count << " rows at " << threads << " threads";
     }
   }
