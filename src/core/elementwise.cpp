@@ -286,10 +286,10 @@ HPCTRAIN_ALWAYS_INLINE inline std::int64_t count_all_ones_exponent(const T* data
 
 // The scan runs over the whole gradient before every optimiser step: AVX-512 and AVX2 clones
 // (vector_clones.hpp), 16 lanes a compare instead of the baseline's SSE2 four.
-HPCTRAIN_VECTOR_CLONES std::int64_t count_nonfinite_range(const float* data, std::int64_t first, std::int64_t last) {
+[[maybe_unused]] HPCTRAIN_VECTOR_CLONES std::int64_t count_nonfinite_range(const float* data, std::int64_t first, std::int64_t last) {
   return count_all_ones_exponent<std::uint32_t>(data, first, last);
 }
-HPCTRAIN_VECTOR_CLONES std::int64_t count_nonfinite_range(const double* data, std::int64_t first, std::int64_t last) {
+[[maybe_unused]] HPCTRAIN_VECTOR_CLONES std::int64_t count_nonfinite_range(const double* data, std::int64_t first, std::int64_t last) {
   return count_all_ones_exponent<std::uint64_t>(data, first, last);
 }
 

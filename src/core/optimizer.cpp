@@ -76,12 +76,12 @@ HPCTRAIN_ALWAYS_INLINE inline void sgd_momentum_loop(T* __restrict params, const
 // The optimiser step is the MLP's largest pass outside gemm; compiled for the baseline x86-64
 // alone it ran SSE2 code, four floats an instruction, and was bound by instructions, not memory
 // (vector_clones.hpp: AVX-512 and AVX2 clones picked at load time, the same bits).
-HPCTRAIN_VECTOR_CLONES void sgd_momentum_range(float* __restrict params, const float* __restrict grads,
+[[maybe_unused]] HPCTRAIN_VECTOR_CLONES void sgd_momentum_range(float* __restrict params, const float* __restrict grads,
                                                float* __restrict v, std::int64_t first, std::int64_t last, float lr,
                                                float wd, float mu, bool first_step, bool nesterov) {
   sgd_momentum_loop(params, grads, v, first, last, lr, wd, mu, first_step, nesterov);
 }
-HPCTRAIN_VECTOR_CLONES void sgd_momentum_range(double* __restrict params, const double* __restrict grads,
+[[maybe_unused]] HPCTRAIN_VECTOR_CLONES void sgd_momentum_range(double* __restrict params, const double* __restrict grads,
                                                double* __restrict v, std::int64_t first, std::int64_t last,
                                                double lr, double wd, double mu, bool first_step, bool nesterov) {
   sgd_momentum_loop(params, grads, v, first, last, lr, wd, mu, first_step, nesterov);
