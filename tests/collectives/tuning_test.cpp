@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -14,11 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
+#include "process_temp_dir.hpp"
 #include "hpctrain/collectives/device_memory.hpp"  // nccl_built
 #include "hpctrain/collectives/tuning.hpp"
 
@@ -34,25 +33,9 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-// The test process's own temporary directory (ctest runs each TEST as its own process), removed
-// when the process exits.
-const fs::path& test_dir() {
-  struct Dir {
-    fs::path path;
-    ~Dir() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  };
-  static const Dir dir{fs::temp_directory_path() / ("hpctrain_tuning_test_" + std::to_string(::getpid()))};
-  return dir.path;
-}
-
-// A file in test_dir().
+// A file in the test process's temporary directory (removed at exit).
 std::string write_file(const std::string& name, const std::string& text) {
-  const fs::path& dir = test_dir();
-  fs::create_directories(dir);
-  const fs::path p = dir / name;
+  const fs::path p = hpctrain::testing::process_temp_dir("hpctrain_tuning_test_") / name;
   std::ofstream(p) << text;
   return p.string();
 }

@@ -2,15 +2,14 @@
 // interrupted half-way and resumed decides as the uninterrupted one, with the donors'
 // checkpoints and the trials' PBT runs restored. MPI-free: the ledger is fed by hand.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "hpctrain/base/error.hpp"
+#include "process_temp_dir.hpp"
 #include "hpctrain/sweep/asha_scheduler.hpp"
 #include "hpctrain/sweep/pbt_scheduler.hpp"
 #include "hpctrain/sweep/sweep_ledger.hpp"
@@ -39,18 +38,9 @@ std::unique_ptr<Scheduler> make(const std::string& kind, double rf = 2.0) {
   return std::make_unique<PbtScheduler>(PbtOptions{1, 0.5, {0.8, 1.2}, Mode::max, 3}, lr_space());
 }
 
-// An empty directory `name` under the test process's own temporary directory, which is removed
-// when the process exits.
+// An empty directory `name` under the test process's temporary directory (removed at exit).
 fs::path fresh_dir(const std::string& name) {
-  struct Dir {
-    fs::path path;
-    ~Dir() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  };
-  static const Dir parent{fs::temp_directory_path() / ("hpctrain_ledger_test_" + std::to_string(::getpid()))};
-  const fs::path dir = parent.path / name;
+  const fs::path dir = hpctrain::testing::process_temp_dir("hpctrain_ledger_test_") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
