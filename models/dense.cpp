@@ -33,12 +33,12 @@ Tensor<T> Dense<T>::forward(const Tensor<T>& x, bool /*train*/) {
                                             " features per sample");
   x_ = x;
   core::ensure_shape(y_, "hpctrain::dense::y", {n, out_});
-  const std::int64_t leaf = this->gradient_leaf_rows() > 0 ? this->gradient_leaf_rows() : n;
-  for (std::int64_t first = 0; first < n; first += leaf) {  // one leaf: the whole batch
-    const std::int64_t rows = std::min(leaf, n - first);
-    detail::row_affine_forward(core::slice(x.data, first * in_, rows * in_), rows, in_, out_,
-                               this->param(0).data, this->param(1).data,
-                               core::slice(y_.data, first * out_, rows * out_));
+  const std::int64_t leaf = this->gradient_leaf_rows();
+  if (leaf <= 0) {
+    detail::row_affine_forward(x.data, n, in_, out_, this->param(0).data, this->param(1).data, y_.data);
+  } else {  // each leaf's rows as a batch of them alone gives them
+    core::linear_forward_in_leaves(leaf, core::as_matrix(x.data, n, in_), core::as_matrix(this->param(0).data, out_, in_),
+                                   this->param(1).data, core::as_matrix(y_.data, n, out_));
   }
   return y_;
 }
@@ -67,13 +67,8 @@ Tensor<T> Dense<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   core::gemm_tn_leaf_tree(leaf, dym, core::as_matrix(x_.data, n, in_), core::as_matrix(this->grad(0).data, out_, in_));
   core::column_sums_leaf_tree(leaf, dym, this->grad(1).data);
   if (dx.data() != nullptr) {
-    for (std::int64_t first = 0; first < n; first += leaf) {
-      const std::int64_t rows = std::min(leaf, n - first);
-      core::gemm(core::Trans::no, core::Trans::no, T(1),
-                 core::as_matrix(core::slice(dy.data, first * out_, rows * out_), rows, out_),
-                 core::as_matrix(this->param(0).data, out_, in_), T(0),
-                 core::as_matrix(core::slice(dx, first * in_, rows * in_), rows, in_));
-    }
+    core::gemm_in_leaves(leaf, core::Trans::no, T(1), dym, core::as_matrix(this->param(0).data, out_, in_), T(0),
+                         core::as_matrix(dx, n, in_));
   }
   return need_input_grad ? dx_ : Tensor<T>();
 }

@@ -246,6 +246,79 @@ void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
   add_row_bias(y, bias);
 }
 
+namespace {
+
+/// Rows [first, first + count) of a contiguous row-major matrix.
+template <class T>
+Matrix<T> row_range(const Matrix<T>& x, std::int64_t first, std::int64_t count) {
+  const auto cols = static_cast<std::int64_t>(x.extent(1));
+  return Matrix<T>(x.data() + first * cols, static_cast<std::size_t>(count), static_cast<std::size_t>(cols));
+}
+
+/// leaf(first, rows) for every leaf of leaf_rows rows of `rows`, in order.
+template <class Leaf>
+void for_each_leaf(std::int64_t leaf_rows, std::int64_t rows, const Leaf& leaf) {
+  for (std::int64_t first = 0; first < rows; first += leaf_rows) leaf(first, std::min(leaf_rows, rows - first));
+}
+
+void require_leaves(const char* what, std::int64_t leaf_rows, std::int64_t a_rows, std::int64_t c_rows) {
+  HPCTRAIN_REQUIRE(leaf_rows >= 1, std::string(what) + ": " + std::to_string(leaf_rows) + " rows per leaf");
+  HPCTRAIN_REQUIRE(a_rows == c_rows, std::string(what) + ": " + std::to_string(a_rows) + " input rows for " +
+                                         std::to_string(c_rows) + " output rows");
+}
+
+}  // namespace
+
+template <class T>
+void gemm_in_leaves(std::int64_t leaf_rows, Trans trans_b, T alpha, const Matrix<T>& a, const Matrix<T>& b, T beta,
+                    const Matrix<T>& c) {
+  const auto rows = static_cast<std::int64_t>(a.extent(0));
+  require_leaves("gemm_in_leaves", leaf_rows, rows, static_cast<std::int64_t>(c.extent(0)));
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+  if constexpr (std::is_same_v<T, float>) {
+    const bool tb = trans_b == Trans::yes;
+    const auto k = static_cast<std::int64_t>(a.extent(1));
+    const auto n = static_cast<std::int64_t>(c.extent(1));
+    const bool shapes_fit = rows > leaf_rows && k > 0 && n > 0 && static_cast<std::int64_t>(b.extent(tb ? 1 : 0)) == k &&
+                            static_cast<std::int64_t>(b.extent(tb ? 0 : 1)) == n;
+    if (use_libxsmm(alpha) && shapes_fit) {
+      ExecSpace().fence();
+      if (libxsmm::gemm(rows, n, k, operand(a, false), operand(b, tb), beta, c.data(), leading_dimension(c), nullptr,
+                        leaf_rows)) {
+        return;
+      }
+    }
+  }
+#endif
+  for_each_leaf(leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
+    gemm(Trans::no, trans_b, alpha, row_range(a, first, count), b, beta, row_range(c, first, count));
+  });
+}
+
+template <class T>
+void linear_forward_in_leaves(std::int64_t leaf_rows, const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
+                              const Matrix<T>& y) {
+  const auto rows = static_cast<std::int64_t>(x.extent(0));
+  require_leaves("linear_forward_in_leaves", leaf_rows, rows, static_cast<std::int64_t>(y.extent(0)));
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+  if constexpr (std::is_same_v<T, float>) {
+    const bool shapes_fit = rows > leaf_rows && x.extent(1) > 0 && w.extent(0) > 0 && y.extent(1) == w.extent(0) &&
+                            w.extent(1) == x.extent(1) && bias.extent(0) == w.extent(0);
+    if (use_libxsmm(T(1)) && shapes_fit) {
+      ExecSpace().fence();
+      if (libxsmm::gemm(rows, static_cast<std::int64_t>(w.extent(0)), static_cast<std::int64_t>(x.extent(1)),
+                        operand(x, false), operand(w, true), 0.0F, y.data(), leading_dimension(y), bias.data(),
+                        leaf_rows)) {
+        return;
+      }
+    }
+  }
+#endif
+  for_each_leaf(leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
+    linear_forward(row_range(x, first, count), w, bias, row_range(y, first, count));
+  });
+}
+
 template <class T>
 void gemm_tn_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& a, const Matrix<T>& b, const Matrix<T>& c) {
   const auto rows = static_cast<std::int64_t>(a.extent(0));
@@ -297,6 +370,14 @@ template void gemm_tn_leaf_tree<float>(std::int64_t, const Matrix<float>&, const
                                        const Matrix<float>&);
 template void gemm_tn_leaf_tree<double>(std::int64_t, const Matrix<double>&, const Matrix<double>&,
                                         const Matrix<double>&);
+template void gemm_in_leaves<float>(std::int64_t, Trans, float, const Matrix<float>&, const Matrix<float>&, float,
+                                    const Matrix<float>&);
+template void gemm_in_leaves<double>(std::int64_t, Trans, double, const Matrix<double>&, const Matrix<double>&, double,
+                                     const Matrix<double>&);
+template void linear_forward_in_leaves<float>(std::int64_t, const Matrix<float>&, const Matrix<float>&,
+                                              const Vec<float>&, const Matrix<float>&);
+template void linear_forward_in_leaves<double>(std::int64_t, const Matrix<double>&, const Matrix<double>&,
+                                               const Vec<double>&, const Matrix<double>&);
 template void linear_forward<float>(const Matrix<float>&, const Matrix<float>&, const Vec<float>&,
                                     const Matrix<float>&);
 template void linear_forward<double>(const Matrix<double>&, const Matrix<double>&,

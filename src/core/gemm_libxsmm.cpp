@@ -468,6 +468,21 @@ struct RowTiles {
   std::int64_t most_rows() const { return base + (wide > 0 ? 1 : 0); }
 };
 
+/// gemm()'s leaves: c's (and a's) rows cut into `count` leaves of `rows` rows, the last `last`
+/// rows high (shorter where the rows do not divide).
+struct Leaves {
+  std::int64_t count, rows, last;
+  /// Leaves of leaf_rows rows over m (one leaf of m rows where leaf_rows is 0 or at least m).
+  static Leaves of(std::int64_t m, std::int64_t leaf_rows) {
+    if (leaf_rows <= 0 || leaf_rows >= m) return Leaves{1, m, m};
+    const std::int64_t count = (m + leaf_rows - 1) / leaf_rows;
+    return Leaves{count, leaf_rows, m - (count - 1) * leaf_rows};
+  }
+  bool short_last() const { return last != rows; }
+  bool is_short(std::int64_t l) const { return l == count - 1 && short_last(); }
+  std::int64_t height(std::int64_t l) const { return l == count - 1 ? last : rows; }
+};
+
 /// gemm_tn_leaf_tree's sum: for every column block of c (on the block's thread) and tile of c's
 /// rows in order, the tree of core/leaf_tree.hpp over `items` nodes, item i computed by
 /// compute(block, first, width, tile, first_row, tile_rows, i, out) into `out` (c's tile or a
@@ -515,23 +530,36 @@ bool available() {
 }
 
 bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, MatrixOperand b,
-          float beta, float* c, std::int64_t ldc, const float* bias) {
+          float beta, float* c, std::int64_t ldc, const float* bias, std::int64_t leaf_rows) {
   if (!available() || (beta != 0.0F && beta != 1.0F) || (bias != nullptr && beta != 0.0F)) return false;
   if (b.trans && a.trans) return false;
+  const Leaves leaves = Leaves::of(m, leaf_rows);
+  if (leaves.count > 1 && a.trans) return false;  // leaves are a's rows
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const Blocks s = column_blocks(n, flops);
-  std::array<libxsmm_smmfunction, kMaxBlocks> kernels{};
+  // Every leaf runs the kernel a call with its rows alone runs (kernels[short last leaf][block]),
+  // on the same operands and leading dimensions: the same bits, one parallel region.
+  std::array<libxsmm_smmfunction, kMaxBlocks> kernels[2]{};
+  const auto kernels_of = [&](const auto& make) {
+    return block_kernels(s, kernels[0], [&](std::int64_t width) { return make(leaves.rows, width); }) &&
+           (!leaves.short_last() || block_kernels(s, kernels[1], [&](std::int64_t width) { return make(leaves.last, width); }));
+  };
 
   if (!b.trans) {
     // column-major c^T[n x m] = b^T[n x k] op(a)^T[k x m]
-    if (bias != nullptr || (a.trans ? k : m) > kMaxRows || std::max({m, n, k}) > kMaxInner) return false;
-    if (!block_kernels(s, kernels, [&](std::int64_t width) {
-          return kernel(width, m, k, b.ld, a.ld, ldc, beta, a.trans);
+    if (bias != nullptr || (a.trans ? k : leaves.rows) > kMaxRows || std::max({leaves.rows, n, k}) > kMaxInner) {
+      return false;
+    }
+    if (!kernels_of([&](std::int64_t height, std::int64_t width) {
+          return kernel(width, height, k, b.ld, a.ld, ldc, beta, a.trans);
         })) {
       return false;
     }
     for_column_blocks(s, [&](std::size_t i, std::int64_t first, std::int64_t) {
-      kernels[i](b.data + first, a.data, c + first);
+      for (std::int64_t l = 0; l < leaves.count; ++l) {
+        const std::int64_t r = l * leaves.rows;
+        kernels[leaves.is_short(l) ? 1 : 0][i](b.data + first, a.data + r * a.ld, c + r * ldc + first);
+      }
       zero_upper();
     });
     return true;
@@ -545,12 +573,16 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
   // first copied, block by block on the block's thread, to a stride 16 floats longer (n x k
   // floats against the product's 2 m n k flops; 94 GFLOP/s against oneDNN's 106 on one thread
   // for the MLP's 128 x 256 x 512), and the kernels read the copy on the rank's threads. The
-  // choice depends on whether training is deterministic, never on the thread count.
-  if (m > kMaxRows || std::max(n, k) > kMaxInner) return false;
+  // choice depends on whether training is deterministic, never on the thread count. With leaves
+  // (deterministic training's grouped passes) each leaf has its own at and t, laid out as a call
+  // with its rows alone lays them out, and b is copied once for all of them.
+  if (leaves.rows > kMaxRows || std::max(n, k) > kMaxInner) return false;
   const bool aliasing = b.ld % kAliasingStride == 0;
   if (aliasing && held_kernel_threads() == 0) return false;
   const std::int64_t ldb = aliasing ? b.ld + kVector : b.ld;
-  if (!block_kernels(s, kernels, [&](std::int64_t width) { return kernel(m, width, k, m, ldb, m, 0.0F, false); })) {
+  if (!kernels_of([&](std::int64_t height, std::int64_t width) {
+        return kernel(height, width, k, height, ldb, height, 0.0F, false);
+      })) {
     return false;
   }
   std::vector<float>& at = scratch(0);
@@ -559,20 +591,23 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
   at.resize(static_cast<std::size_t>(m * k));
   t.resize(static_cast<std::size_t>(m * n));
   if (aliasing) padded.resize(static_cast<std::size_t>(n * ldb));
-  const float* at_data = at.data();
+  float* at_data = at.data();
   float* t_data = t.data();
   float* padded_data = padded.data();
-  // a row-major [m x k] is column-major [k x m] with leading dimension a.ld; out: [m x k], ld m.
-  // Transposed in slabs of a's columns by the block threads before the blocks (every block
-  // reads all of it): on one thread this was 26 us of the MLP's 500 us fc1 forward at 1 x 2.
-  // A copy: the same bits at any thread count.
+  // Leaf l's rows of a, row-major [h x k] (h its height), are column-major [k x h] with leading
+  // dimension a.ld; its at: column-major [h x k], ld h, at at + r k. Transposed in slabs of a's
+  // columns by the block threads before the blocks (every block reads all of it): on one thread
+  // this was 26 us of the MLP's 500 us fc1 forward at 1 x 2. A copy: the same bits at any
+  // thread count.
   const std::int64_t slabs = std::min<std::int64_t>(s.threads, k);
-  const auto transpose_slab = [&](std::int64_t slab) {
+  const auto transpose_slab = [&](std::int64_t task) {
+    const std::int64_t l = task / slabs, slab = task % slabs;
+    const std::int64_t r = l * leaves.rows, h = leaves.height(l);
     const std::int64_t p0 = k * slab / slabs, p1 = k * (slab + 1) / slabs;
-    libxsmm_otrans(at.data() + p0 * m, a.data + p0, sizeof(float), static_cast<libxsmm_blasint>(p1 - p0),
-                   static_cast<libxsmm_blasint>(m), static_cast<libxsmm_blasint>(a.ld), static_cast<libxsmm_blasint>(m));
+    libxsmm_otrans(at_data + r * k + p0 * h, a.data + r * a.ld + p0, sizeof(float), static_cast<libxsmm_blasint>(p1 - p0),
+                   static_cast<libxsmm_blasint>(h), static_cast<libxsmm_blasint>(a.ld), static_cast<libxsmm_blasint>(h));
   };
-  for_column_blocks_after(s, slabs, transpose_slab, [&](std::size_t block, std::int64_t first, std::int64_t count) {
+  for_column_blocks_after(s, leaves.count * slabs, transpose_slab, [&](std::size_t block, std::int64_t first, std::int64_t count) {
     const float* rows = b.data + first * b.ld;
     if (aliasing) {
       for (std::int64_t j = first; j < first + count; ++j) {
@@ -580,27 +615,32 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
       }
       rows = padded_data + first * ldb;
     }
-    kernels[block](at_data, rows, t_data + first * m);
-    if (beta != 0.0F) {
-      zero_upper();
-      for (std::int64_t i = 0; i < m; ++i) {
-        float* row = c + i * ldc;
-        const float* column = t_data + i;
-        for (std::int64_t j = first; j < first + count; ++j) row[j] += column[j * m];
+    for (std::int64_t l = 0; l < leaves.count; ++l) {
+      const std::int64_t r = l * leaves.rows, h = leaves.height(l);
+      float* tl = t_data + r * n;  // leaf l's t: column-major [h x n], ld h
+      kernels[leaves.is_short(l) ? 1 : 0][block](at_data + r * k, rows, tl + first * h);
+      float* cl = c + r * ldc;
+      if (beta != 0.0F) {
+        zero_upper();
+        for (std::int64_t i = 0; i < h; ++i) {
+          float* row = cl + i * ldc;
+          const float* column = tl + i;
+          for (std::int64_t j = first; j < first + count; ++j) row[j] += column[j * h];
+        }
+        continue;
       }
-      return;
-    }
-    // The block of t (column-major m x count) into c's rows by libxsmm's transpose (a strided
-    // gather per element before), then the bias added along each row: one rounding, t + bias,
-    // as before.
-    libxsmm_otrans(c + first, t_data + first * m, sizeof(float), static_cast<libxsmm_blasint>(m),
-                   static_cast<libxsmm_blasint>(count), static_cast<libxsmm_blasint>(m),
-                   static_cast<libxsmm_blasint>(ldc));
-    zero_upper();
-    if (bias != nullptr) {
-      for (std::int64_t i = 0; i < m; ++i) {
-        float* row = c + i * ldc;
-        for (std::int64_t j = first; j < first + count; ++j) row[j] += bias[j];
+      // The block of t (column-major h x count) into c's rows by libxsmm's transpose (a strided
+      // gather per element before), then the bias added along each row: one rounding, t + bias,
+      // as before.
+      libxsmm_otrans(cl + first, tl + first * h, sizeof(float), static_cast<libxsmm_blasint>(h),
+                     static_cast<libxsmm_blasint>(count), static_cast<libxsmm_blasint>(h),
+                     static_cast<libxsmm_blasint>(ldc));
+      zero_upper();
+      if (bias != nullptr) {
+        for (std::int64_t i = 0; i < h; ++i) {
+          float* row = cl + i * ldc;
+          for (std::int64_t j = first; j < first + count; ++j) row[j] += bias[j];
+        }
       }
     }
   });

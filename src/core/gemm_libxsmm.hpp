@@ -20,8 +20,14 @@ bool available();
 /// beta other than 0 or 1, a shape outside the small range it is fast for, or no kernel for this
 /// CPU. Each element of c is the same bits at any thread count (the threads split c's columns;
 /// no element's sum over k is split).
+///
+/// leaf_rows > 0 (op(a) = a only; else false): c's and a's rows in leaves of leaf_rows rows (the
+/// last may be shorter), each leaf computed with the kernels, scratch layout and order a call
+/// with that leaf's rows alone uses, so with its bits; in one parallel region, b's rows copied
+/// (where that is done) once. Where any leaf's product would not be taken, returns false having
+/// touched nothing: then each leaf called alone gives the same result.
 bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, MatrixOperand b,
-          float beta, float* c, std::int64_t ldc, const float* bias);
+          float beta, float* c, std::int64_t ldc, const float* bias, std::int64_t leaf_rows = 0);
 
 /// c[m x n] = the pairwise leaf tree (core/leaf_tree.hpp) over a's and b's rows cut into leaves of
 /// `leaf_rows` (the last may be shorter): leaf l's term is a_l^T b_l with the bits of the kernels

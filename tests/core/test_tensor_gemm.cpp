@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -355,6 +356,112 @@ TEST(GemmLibxsmm, AliasingWeightInDeterministicModeSameBitsAtOneAndTwoThreads) {
     }
   }
 }
+
+/// Skips a backend this build lacks, as LinearForward does.
+class LeavesGemm : public LinearForward {};
+
+// gemm_in_leaves and linear_forward_in_leaves (deterministic training's grouped passes): each
+// leaf's rows bit for bit what gemm() and linear_forward() give those rows alone, however many
+// leaves the call has: the MLP's three layers at 128 rows in leaves of 16 (fc2's weight rows 1 KiB
+// apart: the copied-weight path where deterministic training holds the libraries), a short last
+// leaf, fewer rows than a leaf, odd shapes; 1 and 2 threads, held and not; beta 0 into NaNs and
+// beta 1; near float64.
+TEST_P(LeavesGemm, EachLeafHasTheBitsOfItsRowsAlone) {
+  const GemmBackendScope scope(GetParam());
+  const int threads_before = std::max(1, blas_threads());
+  const auto rows_of = [](const Vec<float>& v, std::int64_t first, std::int64_t count, std::int64_t cols) {
+    return Matrix<float>(v.data() + first * cols, static_cast<std::size_t>(count), static_cast<std::size_t>(cols));
+  };
+  for (const auto& [rows, in, out, leaf] : std::vector<std::tuple<int, int, int, int>>{
+           {128, 784, 512, 16}, {128, 512, 256, 16}, {128, 256, 10, 16}, {40, 17, 300, 16}, {5, 3, 4, 8}, {100, 70, 33, 7}}) {
+    const auto hx = random_values<float>(static_cast<std::size_t>(rows * in), 31);
+    const auto hw = random_values<float>(static_cast<std::size_t>(out * in), 32);
+    const auto hb = random_values<float>(static_cast<std::size_t>(out), 33);
+    const auto hdy = random_values<float>(static_cast<std::size_t>(rows * out), 34);
+    const auto x = tensor_from_host<float>("x", {rows, in}, hx);
+    const auto w = tensor_from_host<float>("w", {out, in}, hw);
+    const auto b = tensor_from_host<float>("b", {out}, hb);
+    const auto dy = tensor_from_host<float>("dy", {rows, out}, hdy);
+    const std::vector<float> nans_y(static_cast<std::size_t>(rows * out), NAN), nans_dx(static_cast<std::size_t>(rows * in), NAN);
+    for (const bool held : {false, true}) {
+      for (const int threads : {1, 2}) {
+        set_blas_threads(threads);
+        std::optional<SingleThreadedLibraries> single;
+        if (held) single.emplace();
+        const std::string where = std::to_string(rows) + " rows, " + std::to_string(in) + " -> " + std::to_string(out) +
+                                  ", leaves of " + std::to_string(leaf) + ", " + std::to_string(threads) + " threads" +
+                                  (held ? ", held" : "");
+        // the references: one call per leaf
+        const auto y_want = tensor_from_host<float>("y_want", {rows, out}, nans_y);
+        const auto dx_want = tensor_from_host<float>("dx_want", {rows, in}, nans_dx);
+        const auto acc_want = tensor_from_host<float>("acc_want", {rows, out}, hdy);
+        for (int first = 0; first < rows; first += leaf) {
+          const int count = std::min(leaf, rows - first);
+          linear_forward(rows_of(x.data, first, count, in), as_matrix(w.data, out, in), b.data,
+                         rows_of(y_want.data, first, count, out));
+          gemm(Trans::no, Trans::no, 1.F, rows_of(dy.data, first, count, out), as_matrix(w.data, out, in), 0.F,
+               rows_of(dx_want.data, first, count, in));
+          gemm(Trans::no, Trans::yes, 1.F, rows_of(x.data, first, count, in), as_matrix(w.data, out, in), 1.F,
+               rows_of(acc_want.data, first, count, out));
+        }
+        // the outputs with a leaf's rows of guard values behind them, which must stay as they are
+        const auto guarded = [&](const std::vector<float>& start, std::int64_t cols) {
+          std::vector<float> v = start;
+          v.resize(start.size() + static_cast<std::size_t>(leaf * cols), 12345.F);
+          return tensor_from_host<float>("guarded", {static_cast<std::int64_t>(v.size())}, v);
+        };
+        const auto y = guarded(nans_y, out), dx = guarded(nans_dx, in), acc = guarded(hdy, out);
+        linear_forward_in_leaves<float>(leaf, as_matrix(x.data, rows, in), as_matrix(w.data, out, in), b.data,
+                                        as_matrix(y.data, rows, out));
+        gemm_in_leaves(leaf, Trans::no, 1.F, as_matrix(dy.data, rows, out), as_matrix(w.data, out, in), 0.F,
+                       as_matrix(dx.data, rows, in));
+        gemm_in_leaves(leaf, Trans::yes, 1.F, as_matrix(x.data, rows, in), as_matrix(w.data, out, in), 1.F,
+                       as_matrix(acc.data, rows, out));
+        auto got_y = to_host(y.data), got_dx = to_host(dx.data), got_acc = to_host(acc.data);
+        for (const auto& [got, cols] : {std::pair{&got_y, out}, std::pair{&got_dx, in}, std::pair{&got_acc, out}}) {
+          const auto end = static_cast<std::ptrdiff_t>(rows * cols);
+          ASSERT_TRUE(std::all_of(got->begin() + end, got->end(), [](float g) { return g == 12345.F; }))
+              << "written past the last row: " << where;
+          got->resize(static_cast<std::size_t>(end));
+        }
+        ASSERT_EQ(std::memcmp(got_y.data(), to_host(y_want.data).data(), got_y.size() * sizeof(float)), 0) << "y: " << where;
+        ASSERT_EQ(std::memcmp(got_dx.data(), to_host(dx_want.data).data(), got_dx.size() * sizeof(float)), 0) << "dx: " << where;
+        ASSERT_EQ(std::memcmp(got_acc.data(), to_host(acc_want.data).data(), got_acc.size() * sizeof(float)), 0)
+            << "beta 1: " << where;
+        for (const int i : {0, rows / 2, rows - 1}) {
+          for (const int j : {0, out - 1}) {
+            double want = hb[static_cast<std::size_t>(j)], plus = hdy[static_cast<std::size_t>(i * out + j)];
+            for (int p = 0; p < in; ++p) {
+              const double term = static_cast<double>(hx[static_cast<std::size_t>(i * in + p)]) * hw[static_cast<std::size_t>(j * in + p)];
+              want += term;
+              plus += term;
+            }
+            EXPECT_NEAR(got_y[static_cast<std::size_t>(i * out + j)], want, 1e-4 * (1.0 + std::fabs(want))) << where;
+            EXPECT_NEAR(got_acc[static_cast<std::size_t>(i * out + j)], plus, 1e-4 * (1.0 + std::fabs(plus))) << where;
+          }
+          double want = 0;
+          for (int p = 0; p < out; ++p) {
+            want += static_cast<double>(hdy[static_cast<std::size_t>(i * out + p)]) * hw[static_cast<std::size_t>(p * in + in - 1)];
+          }
+          EXPECT_NEAR(got_dx[static_cast<std::size_t>(i * in + in - 1)], want, 1e-4 * (1.0 + std::fabs(want))) << where;
+        }
+      }
+    }
+    set_blas_threads(threads_before);
+  }
+  const auto v = make_tensor<float>("v", {64});
+  EXPECT_THROW(gemm_in_leaves(0, Trans::no, 1.F, as_matrix(v.data, 2, 3), as_matrix(v.data, 3, 3), 0.F,
+                              as_matrix(v.data, 2, 3)),
+               Error);
+  EXPECT_THROW(linear_forward_in_leaves<float>(2, as_matrix(v.data, 4, 3), as_matrix(v.data, 3, 3), slice(v.data, 0, 3),
+                                               as_matrix(v.data, 3, 3)),
+               Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LeavesGemm, ::testing::ValuesIn(all_gemm_backends()),
+                         [](const ::testing::TestParamInfo<GemmBackend>& info) {
+                           return std::string(gemm_backend_name(info.param));
+                         });
 
 // leaf_tree_sum builds coll::TreeSum's tree: node (l, i) = left + right, the left child alone
 // where the right holds no leaf. Spelled out as expressions for 1..9 leaves.

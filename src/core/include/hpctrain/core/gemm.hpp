@@ -50,6 +50,22 @@ template <class T>
 void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
                     const Matrix<T>& y);
 
+/// gemm(Trans::no, trans_b, ...) with a's and c's rows cut into leaves of `leaf_rows` rows (the
+/// last may be shorter): every leaf's rows of c are what gemm() gives for that leaf's rows of a
+/// alone, bit for bit, however many leaves the call has. Deterministic training's grouped passes
+/// run a dense layer's products this way over a node of micro-shards (the input gradient
+/// dx = dy w); on the libxsmm backend all leaves share one parallel region, elsewhere it is one
+/// gemm() per leaf.
+template <class T>
+void gemm_in_leaves(std::int64_t leaf_rows, Trans trans_b, T alpha, const Matrix<T>& a, const Matrix<T>& b, T beta,
+                    const Matrix<T>& c);
+
+/// linear_forward() with x's and y's rows in leaves of `leaf_rows` rows, each leaf's rows of y
+/// the bits linear_forward() gives that leaf alone (as gemm_in_leaves).
+template <class T>
+void linear_forward_in_leaves(std::int64_t leaf_rows, const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
+                              const Matrix<T>& y);
+
 /// One operand of batched_gemm(): a [outer, inner] grid of [rows, cols] matrices inside a 1-D
 /// buffer, element (o, i, r, c) at `data(offset + o * outer_stride + i * inner_stride +
 /// r * row_stride + c * col_stride)` (strides in elements, any non-negative values). Row and
