@@ -108,9 +108,46 @@ void column_sums_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& dy, const Ve
   HPCTRAIN_REQUIRE(leaf_rows >= 1 && static_cast<std::int64_t>(db.extent(0)) == cols,
                    "column_sums_leaf_tree: " + std::to_string(leaf_rows) + " rows per leaf, " +
                        std::to_string(db.extent(0)) + " sums for " + std::to_string(cols) + " columns");
-  set_zero(db);
-  if (rows == 0) return;
+  if (rows == 0) {
+    set_zero(db);
+    return;
+  }
   const std::int64_t leaves = (rows + leaf_rows - 1) / leaf_rows;
+  if constexpr (detail::host_loops_on_openmp()) {
+    // One parallel region: every block of kWidth columns sums its leaves and adds them over the
+    // tree in its own registers, each leaf's sum as accumulate_column_sums gives it into zeros
+    // (rows first to last, then 0 + s), each merge dst + src as axpy(1, src, dst). Before, each
+    // leaf and each merge was a kernel on a whole vector (24 + 21 calls and an allocation per
+    // step of the MLP's deterministic grouped pass).
+    constexpr std::int64_t kWidth = 16;
+    const T* const d = dy.data();
+    T* const out = db.data();
+    detail::host_parallel_for(
+        "hpctrain::column_sums_leaf_tree", (cols + kWidth - 1) / kWidth,
+        [&](const std::int64_t block) {
+          const std::int64_t c0 = block * kWidth;
+          const std::int64_t w = std::min(kWidth, cols - c0);
+          T slots[64][kWidth];
+          leaf_tree_sum(
+              leaves,
+              [&](std::int64_t l, int slot) {
+                T sum[kWidth] = {};
+                const std::int64_t end = std::min(rows, (l + 1) * leaf_rows);
+                for (std::int64_t i = l * leaf_rows; i < end; ++i) {
+                  const T* r = d + i * cols + c0;
+                  for (std::int64_t j = 0; j < w; ++j) sum[j] += r[j];
+                }
+                for (std::int64_t j = 0; j < w; ++j) slots[slot][j] = T(0) + sum[j];
+              },
+              [&](int dst, int src) {
+                for (std::int64_t j = 0; j < w; ++j) slots[dst][j] += slots[src][j];
+              });
+          for (std::int64_t j = 0; j < w; ++j) out[c0 + j] = slots[0][j];
+        },
+        rows * kWidth);
+    return;
+  }
+  set_zero(db);
   const Vec<T> nodes(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hpctrain::column_sums_leaf_tree"),
                      static_cast<std::size_t>((leaf_tree_depth(leaves) - 1) * cols));
   const auto slot = [&](int d) {

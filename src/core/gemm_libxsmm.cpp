@@ -177,9 +177,14 @@ void for_column_blocks_after(const Blocks& b, std::int64_t slabs, const Prepare&
 /// Only called where available() (AVX2 or newer) holds.
 __attribute__((target("avx"))) void zero_upper() { _mm256_zeroupper(); }
 
-std::vector<float>& scratch(int which) {
+/// Per-thread scratch `which`, at least `floats` long: it only grows (a resize to each call's
+/// size refilled the part regained with zeros whenever the layers' sizes alternated: 37 us of a
+/// deterministic MLP step at 1 x 2 in memset).
+float* scratch(int which, std::int64_t floats) {
   thread_local std::vector<float> buffers[3];
-  return buffers[which];
+  std::vector<float>& b = buffers[which];
+  if (b.size() < static_cast<std::size_t>(floats)) b.resize(static_cast<std::size_t>(floats));
+  return b.data();
 }
 
 /// gemm_tn_leaf_tree's node storage beside c: `slots` matrices of at least `floats` each, per
@@ -304,7 +309,8 @@ __attribute__((target("avx512f"), always_inline)) inline void load_row(__m512 (&
 }
 
 /// What one group's register blocks read: x and dy at the group's first row (row strides ldx,
-/// ldd), the leaves' rows (the last may be shorter), the group's rows in all.
+/// ldd), the leaves' rows (the last may be shorter), the group's rows in all; whether the node
+/// is added into the output (the tree's merge of it into the node before it) or stored.
 struct GroupRows {
   const float* x;
   std::int64_t ldx;
@@ -312,6 +318,7 @@ struct GroupRows {
   std::int64_t ldd;
   std::int64_t leaf_rows, rows;
   __mmask16 last;
+  bool add;
 };
 
 /// acc[i][v] = sum over the leaf's k >= 1 rows of x[r][16 v ..] * dy[r][i], first to last: row
@@ -363,7 +370,8 @@ __attribute__((target("avx512f"), always_inline)) inline void node_block(__m512 
   }
 }
 
-/// out[i][16 v ..] (row stride ldo) = the group's node, for one register block.
+/// out[i][16 v ..] (row stride ldo) = the group's node, for one register block; with g.add,
+/// out + the node (the bits of storing the node and adding it to out afterwards).
 template <int NR, int MV, bool Masked>
 __attribute__((target("avx512f"))) void group_block(const GroupRows& g, float* out, std::int64_t ldo) {
   __m512 acc[NR][MV];
@@ -372,10 +380,13 @@ __attribute__((target("avx512f"))) void group_block(const GroupRows& g, float* o
   for (int i = 0; i < NR; ++i) {
 #pragma GCC unroll 8
     for (int v = 0; v < MV; ++v) {
+      float* to = out + i * ldo + 16 * v;
       if (Masked && v == MV - 1) {
-        _mm512_mask_storeu_ps(out + i * ldo + 16 * v, g.last, acc[i][v]);
+        if (g.add) acc[i][v] = _mm512_add_ps(_mm512_maskz_loadu_ps(g.last, to), acc[i][v]);
+        _mm512_mask_storeu_ps(to, g.last, acc[i][v]);
       } else {
-        _mm512_storeu_ps(out + i * ldo + 16 * v, acc[i][v]);
+        if (g.add) acc[i][v] = _mm512_add_ps(_mm512_loadu_ps(to), acc[i][v]);
+        _mm512_storeu_ps(to, acc[i][v]);
       }
     }
   }
@@ -395,10 +406,11 @@ constexpr std::array<std::array<GroupBlock, kGroupVectors>, kGroupRows> group_bl
 }
 
 /// out[mt x width] (row stride ldo) = the node of the group of leaves (of leaf_rows rows, `rows`
-/// in all, at most kGroupLeaves leaves) over register blocks. x: the group's rows of b at the
-/// column block's first column (row stride ldx); dy: those of a at the tile's first column.
+/// in all, at most kGroupLeaves leaves) over register blocks; with `add`, out += the node. x: the
+/// group's rows of b at the column block's first column (row stride ldx); dy: those of a at the
+/// tile's first column.
 void group_tile(const float* x, std::int64_t ldx, const float* dy, std::int64_t ldd, std::int64_t leaf_rows,
-                std::int64_t rows, float* out, std::int64_t ldo, std::int64_t mt, std::int64_t width) {
+                std::int64_t rows, float* out, std::int64_t ldo, std::int64_t mt, std::int64_t width, bool add) {
   static constexpr auto kWhole = group_blocks<false>(std::make_integer_sequence<int, kGroupRows>{});
   static constexpr auto kPartial = group_blocks<true>(std::make_integer_sequence<int, kGroupRows>{});
   const std::int64_t vectors = (width + 15) / 16;
@@ -409,7 +421,7 @@ void group_tile(const float* x, std::int64_t ldx, const float* dy, std::int64_t 
       const std::int64_t mv = std::min<std::int64_t>(kGroupVectors, vectors - v0);
       const bool partial = v0 + mv == vectors && tail != 0;
       const GroupRows g{x + 16 * v0, ldx, dy + i0, ldd, leaf_rows, rows,
-                        static_cast<__mmask16>(partial ? (1U << tail) - 1U : 0xFFFFU)};
+                        static_cast<__mmask16>(partial ? (1U << tail) - 1U : 0xFFFFU), add};
       (partial ? kPartial : kWhole)[static_cast<std::size_t>(nr - 1)][static_cast<std::size_t>(mv - 1)](
           g, out + i0 * ldo + 16 * v0, ldo);
     }
@@ -433,7 +445,7 @@ bool groups_keep_bits(const Blocks& s, std::int64_t m, std::int64_t n, std::int6
       const auto [first, width] = s[i];
       whole[static_cast<std::size_t>(i)](pb.data() + first, pa.data(), one.data() + first);
       zero_upper();
-      group_tile(pb.data() + first, ldb, pa.data(), lda, k, k, fused.data() + first, ldc, m, width);
+      group_tile(pb.data() + first, ldb, pa.data(), lda, k, k, fused.data() + first, ldc, m, width, false);
     }
     return same_rows(one, fused, m, n, ldc);
   });
@@ -485,10 +497,11 @@ struct Leaves {
 
 /// gemm_tn_leaf_tree's sum: for every column block of c (on the block's thread) and tile of c's
 /// rows in order, the tree of core/leaf_tree.hpp over `items` nodes, item i computed by
-/// compute(block, first, width, tile, first_row, tile_rows, i, out) into `out` (c's tile or a
-/// per-thread buffer, row stride ldc, at the block's first column), siblings added there while
-/// they are in cache.
-template <class Compute>
+/// compute(block, first, width, tile, first_row, tile_rows, i, out, add) into `out` (c's tile or
+/// a per-thread buffer, row stride ldc, at the block's first column), siblings added there while
+/// they are in cache. With AddsItems, an item merged into the node before it as soon as it is
+/// computed is asked for with add = true (out += item); else add is always false.
+template <bool AddsItems, class Compute>
 void tree_in_tiles(const Blocks& s, const RowTiles& tiles, std::int64_t items, float* c, std::int64_t ldc,
                    const Compute& compute) {
   const int depth = leaf_tree_depth(items);
@@ -498,9 +511,14 @@ void tree_in_tiles(const Blocks& s, const RowTiles& tiles, std::int64_t items, f
     for (std::int64_t t = 0, t0 = 0; t < tiles.count; ++t) {
       const std::int64_t mt = tiles.base + (t < tiles.wide ? 1 : 0);
       const auto slot = [&](int d) { return (d == 0 ? c + t0 * ldc : nodes[static_cast<std::size_t>(d - 1)].data()) + first; };
-      leaf_tree_sum(
-          items, [&](std::int64_t i, int d) { compute(block, first, width, t, t0, mt, i, slot(d)); },
-          [&](int dst, int src) { add_rows(slot(dst), slot(src), mt, width, ldc); });
+      const auto item = [&](std::int64_t i, int d) { compute(block, first, width, t, t0, mt, i, slot(d), false); };
+      const auto merge = [&](int dst, int src) { add_rows(slot(dst), slot(src), mt, width, ldc); };
+      if constexpr (AddsItems) {
+        leaf_tree_sum(items, item, merge,
+                      [&](std::int64_t i, int dst) { compute(block, first, width, t, t0, mt, i, slot(dst), true); });
+      } else {
+        leaf_tree_sum(items, item, merge);
+      }
       t0 += mt;
     }
   });
@@ -513,13 +531,13 @@ void group_leaf_tree(const Blocks& s, std::int64_t m, std::int64_t rows, std::in
                      MatrixOperand b, float* c, std::int64_t ldc) {
   const std::int64_t group_rows = kGroupLeaves * leaf_rows;
   const std::int64_t groups = (rows + group_rows - 1) / group_rows;
-  tree_in_tiles(s, RowTiles::of(m), groups, c, ldc,
-                [&](std::size_t, std::int64_t first, std::int64_t width, std::int64_t, std::int64_t t0, std::int64_t mt,
-                    std::int64_t g, float* out) {
-                  const std::int64_t r = g * group_rows;
-                  group_tile(b.data + r * b.ld + first, b.ld, a.data + r * a.ld + t0, a.ld, leaf_rows,
-                             std::min(group_rows, rows - r), out, ldc, mt, width);
-                });
+  tree_in_tiles<true>(s, RowTiles::of(m), groups, c, ldc,
+                      [&](std::size_t, std::int64_t first, std::int64_t width, std::int64_t, std::int64_t t0,
+                          std::int64_t mt, std::int64_t g, float* out, bool add) {
+                        const std::int64_t r = g * group_rows;
+                        group_tile(b.data + r * b.ld + first, b.ld, a.data + r * a.ld + t0, a.ld, leaf_rows,
+                                   std::min(group_rows, rows - r), out, ldc, mt, width, add);
+                      });
 }
 
 }  // namespace
@@ -585,15 +603,9 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
       })) {
     return false;
   }
-  std::vector<float>& at = scratch(0);
-  std::vector<float>& t = scratch(1);
-  std::vector<float>& padded = scratch(2);
-  at.resize(static_cast<std::size_t>(m * k));
-  t.resize(static_cast<std::size_t>(m * n));
-  if (aliasing) padded.resize(static_cast<std::size_t>(n * ldb));
-  float* at_data = at.data();
-  float* t_data = t.data();
-  float* padded_data = padded.data();
+  float* at_data = scratch(0, m * k);
+  float* t_data = scratch(1, m * n);
+  float* padded_data = aliasing ? scratch(2, n * ldb) : nullptr;
   // Leaf l's rows of a, row-major [h x k] (h its height), are column-major [k x h] with leading
   // dimension a.ld; its at: column-major [h x k], ld h, at at + r k. Transposed in slabs of a's
   // columns by the block threads before the blocks (every block reads all of it): on one thread
@@ -684,9 +696,9 @@ bool gemm_tn_leaf_tree(std::int64_t m, std::int64_t n, std::int64_t rows, std::i
     if (tiles.wide > 0) kernels_for(tiles.base + 1, leaf_rows, tiled[1]);
     if (!tiles_keep_bits(s, m, n, leaf_rows, a.ld, b.ld, ldc, tiles.count, whole[0], tiled)) tiles = RowTiles::one(m);
   }
-  tree_in_tiles(s, tiles, leaves, c, ldc,
+  tree_in_tiles<false>(s, tiles, leaves, c, ldc,
                 [&](std::size_t block, std::int64_t first, std::int64_t width, std::int64_t t, std::int64_t t0,
-                    std::int64_t mt, std::int64_t l, float* to) {
+                    std::int64_t mt, std::int64_t l, float* to, bool) {
                   const std::int64_t r = l * leaf_rows;
                   if (!short_leaf || l != leaves - 1) {
                     const libxsmm_smmfunction k = tiles.count == 1 ? whole[0][block] : tiled[t < tiles.wide ? 1 : 0][block];

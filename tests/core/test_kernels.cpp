@@ -5,12 +5,16 @@
 #include "hpctrain/core/loss.hpp"
 
 #include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/environment.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 namespace hpctrain::core {
@@ -154,6 +158,42 @@ TEST(Bias, ColumnSumsOverLeavesAreTheTreeOfLeafSums) {
   EXPECT_EQ(to_host(db.data), to_host(one.data));
   EXPECT_THROW(column_sums_leaf_tree(0, y.matrix(7), db.data), Error);
   EXPECT_THROW(column_sums_leaf_tree(3, y.matrix(7), make_tensor<float>("short", {4}).data), Error);
+}
+
+// At the sizes where the rank's threads share the columns (the MLP's fc1 at 128 rows in leaves
+// of 16; 300 rows of 37 columns in leaves of 7: a partial column block and a right-clipped
+// tree): the same tree of leaf sums, bit for bit, at 1 and 2 threads.
+TEST(Bias, ColumnSumsOverLeavesAtEveryThreadCount) {
+  const int threads_before = std::max(1, blas_threads());
+  for (const auto& [rows, cols, leaf] : std::vector<std::tuple<int, int, int>>{{128, 512, 16}, {300, 37, 7}, {1000, 40, 16}}) {
+    const auto hy = random_values<float>(static_cast<std::size_t>(rows * cols), 32, -1e3, 1e3);
+    const auto y = tensor_from_host<float>("y", {rows, cols}, hy);
+    const int leaves = (rows + leaf - 1) / leaf;
+    std::vector<float> want(static_cast<std::size_t>(cols));
+    for (int j = 0; j < cols; ++j) {
+      std::vector<float> slots(static_cast<std::size_t>(leaf_tree_depth(leaves)));
+      leaf_tree_sum(
+          leaves,
+          [&](std::int64_t l, int d) {
+            float s = 0;
+            for (int r = static_cast<int>(l) * leaf; r < std::min(rows, static_cast<int>(l + 1) * leaf); ++r) {
+              s += hy[static_cast<std::size_t>(r * cols + j)];
+            }
+            slots[static_cast<std::size_t>(d)] = s;
+          },
+          [&](int dst, int src) { slots[static_cast<std::size_t>(dst)] += slots[static_cast<std::size_t>(src)]; });
+      want[static_cast<std::size_t>(j)] = slots[0];
+    }
+    for (const int threads : {1, 2}) {
+      set_blas_threads(threads);
+      const auto db = tensor_from_host<float>("db", {cols}, std::vector<float>(static_cast<std::size_t>(cols), NAN));
+      column_sums_leaf_tree(leaf, y.matrix(rows), db.data);
+      const auto got = to_host(db.data);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << rows << " x " << cols << " in leaves of " << leaf << ", " << threads << " threads";
+    }
+  }
+  set_blas_threads(threads_before);
 }
 
 /// Mean cross-entropy and its gradient in double on the host.

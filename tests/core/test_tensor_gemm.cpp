@@ -490,6 +490,34 @@ TEST(LeafTree, SumsPairwiseInTreeSumsOrder) {
   EXPECT_THROW(leaf_tree_sum(0, [](std::int64_t, int) {}, [](int, int) {}), Error);
 }
 
+// The overload with compute_add: the same tree, a leaf merged as soon as it is computed handed
+// to compute_add (slot dst += leaf), every other leaf to compute; 1..40 leaves.
+TEST(LeafTree, ComputeAddGivesTheSameTree) {
+  for (std::int64_t leaves = 1; leaves <= 40; ++leaves) {
+    std::vector<std::string> plain(static_cast<std::size_t>(leaf_tree_depth(leaves)));
+    std::vector<std::string> fused(plain.size());
+    const auto add_into = [](std::vector<std::string>& slots) {
+      return [&slots](int dst, int src) {
+        auto& to = slots.at(static_cast<std::size_t>(dst));
+        to = "(" + to + "+" + slots.at(static_cast<std::size_t>(src)) + ")";
+      };
+    };
+    leaf_tree_sum(
+        leaves, [&](std::int64_t l, int d) { plain.at(static_cast<std::size_t>(d)) = std::to_string(l); }, add_into(plain));
+    std::int64_t added = 0;
+    leaf_tree_sum(
+        leaves, [&](std::int64_t l, int d) { fused.at(static_cast<std::size_t>(d)) = std::to_string(l); }, add_into(fused),
+        [&](std::int64_t l, int dst) {
+          auto& to = fused.at(static_cast<std::size_t>(dst));
+          to = "(" + to + "+" + std::to_string(l) + ")";
+          ++added;
+        });
+    EXPECT_EQ(fused[0], plain[0]) << leaves << " leaves";
+    // every right leaf of a pair, and a last leaf with a node before it
+    EXPECT_EQ(added, leaves / 2 + (leaves > 1 && leaves % 2 == 1 ? 1 : 0)) << leaves << " leaves";
+  }
+}
+
 /// What gemm_tn_leaf_tree must give: each leaf's a_l^T b_l by gemm() alone, added pairwise over
 /// the tree, in float.
 std::vector<float> leaf_tree_reference(std::int64_t leaf, std::int64_t rows, std::int64_t m, std::int64_t n,
@@ -524,7 +552,8 @@ TEST_P(LeafTreeGemm, EqualsTheTreeOfSeparateProductsBitForBit) {
   const GemmBackendScope scope(GetParam());
   const int threads_before = std::max(1, blas_threads());
   for (const auto& [rows, m, n, leaf] : std::vector<std::tuple<int, int, int, int>>{
-           {64, 512, 784, 16}, {40, 17, 300, 16}, {16, 10, 256, 16}, {5, 3, 4, 8}, {100, 70, 33, 7}, {129, 130, 65, 16}}) {
+           {64, 512, 784, 16}, {128, 512, 784, 16}, {40, 17, 300, 16}, {16, 10, 256, 16}, {5, 3, 4, 8}, {100, 70, 33, 7},
+           {129, 130, 65, 16}, {448, 64, 48, 16}}) {
     const auto ha = random_values<float>(static_cast<std::size_t>(rows * m), 21);
     const auto hb = random_values<float>(static_cast<std::size_t>(rows * n), 22);
     const auto a = tensor_from_host<float>("a", {rows, m}, ha);

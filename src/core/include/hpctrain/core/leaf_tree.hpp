@@ -28,12 +28,31 @@ constexpr int leaf_tree_depth(std::int64_t leaves) {
 /// at stack depth d is computed in slot d, so at most leaf_tree_depth(leaves) slots are used.
 template <class Compute, class Add>
 void leaf_tree_sum(std::int64_t leaves, const Compute& compute, const Add& add) {
+  leaf_tree_sum(leaves, compute, add, [&](std::int64_t l, int dst) {
+    compute(l, dst + 1);
+    add(dst, dst + 1);
+  });
+}
+
+/// leaf_tree_sum() where a leaf that is added into the slot below it as soon as it is computed
+/// (the right leaf of a pair; the last leaf onto the node before it) is handed to
+/// compute_add(l, dst) instead: slot dst += leaf l, with the bits of compute(l, dst + 1) then
+/// add(dst, dst + 1) (a kernel adds the leaf from registers into dst: no store and reload).
+template <class Compute, class Add, class ComputeAdd>
+void leaf_tree_sum(std::int64_t leaves, const Compute& compute, const Add& add, const ComputeAdd& compute_add) {
   HPCTRAIN_REQUIRE(leaves >= 1, "leaf_tree_sum: " + std::to_string(leaves) + " leaves");
   int levels[64];
   int depth = 0;
   for (std::int64_t l = 0; l < leaves; ++l) {
-    compute(l, depth);
-    levels[depth++] = 0;
+    const bool last = l == leaves - 1;
+    if (depth >= 1 && (levels[depth - 1] == 0 || last)) {
+      compute_add(l, depth - 1);  // the leaf and the node below it merge at once
+      if (levels[depth - 1] != 0) break;  // the last leaf, right-clipped: the rest merges below
+      levels[depth - 1] = 1;
+    } else {
+      compute(l, depth);
+      levels[depth++] = 0;
+    }
     // siblings merge as soon as both are complete
     while (depth >= 2 && levels[depth - 1] == levels[depth - 2]) {
       add(depth - 2, depth - 1);
