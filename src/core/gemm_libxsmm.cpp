@@ -415,11 +415,11 @@ void group_tile(const float* x, std::int64_t ldx, const float* dy, std::int64_t 
   static constexpr auto kPartial = group_blocks<true>(std::make_integer_sequence<int, kGroupRows>{});
   const std::int64_t vectors = (width + 15) / 16;
   const auto tail = static_cast<int>(width % 16);
-  for (std::int64_t i0 = 0; i0 < mt; i0 += kGroupRows) {
-    const std::int64_t nr = std::min<std::int64_t>(kGroupRows, mt - i0);
-    for (std::int64_t v0 = 0; v0 < vectors; v0 += kGroupVectors) {
-      const std::int64_t mv = std::min<std::int64_t>(kGroupVectors, vectors - v0);
-      const bool partial = v0 + mv == vectors && tail != 0;
+  for (std::int64_t v0 = 0; v0 < vectors; v0 += kGroupVectors) {
+    const std::int64_t mv = std::min<std::int64_t>(kGroupVectors, vectors - v0);
+    const bool partial = v0 + mv == vectors && tail != 0;
+    for (std::int64_t i0 = 0; i0 < mt; i0 += kGroupRows) {
+      const std::int64_t nr = std::min<std::int64_t>(kGroupRows, mt - i0);
       const GroupRows g{x + 16 * v0, ldx, dy + i0, ldd, leaf_rows, rows,
                         static_cast<__mmask16>(partial ? (1U << tail) - 1U : 0xFFFFU), add};
       (partial ? kPartial : kWhole)[static_cast<std::size_t>(nr - 1)][static_cast<std::size_t>(mv - 1)](
