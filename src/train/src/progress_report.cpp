@@ -80,6 +80,13 @@ void ProgressReport::print_start(const RunDescription& run) const {
                   "wait (a smaller --micro-shard keeps every rank busy, with other bytes)\n",
                   static_cast<long long>(shards), static_cast<long long>(comm_.size() - shards), comm_.size());
     }
+    if (run.library_bound_passes && run.kernel_threads > 1) {
+      std::printf("hpctrain: note: this model's layers (convolutions, attention) run on oneDNN held at one thread "
+                  "in deterministic mode, so %d threads per rank leave %d idle there; one rank per core "
+                  "(--threads-per-rank 1, %d times the ranks) gives the same bytes and ran the CNN 1.8x faster on 2 "
+                  "cores (docs/deterministic.md)\n",
+                  run.kernel_threads, run.kernel_threads - 1, run.kernel_threads);
+    }
     // Two or more micro-shards per rank: the largest micro-shard that still gives every rank one
     // runs faster (fewer, larger passes; 16 costs the MLP ~30 % at P = 2, 64 nothing measurable).
     // Not on one rank: a one-rank deterministic run is usually the reference others compare with.
