@@ -54,19 +54,25 @@ InMemoryDataset::InMemoryDataset(const DatasetReader& reader) : info_(reader.inf
   }
 }
 
-void InMemoryDataset::read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
-                           std::vector<std::int32_t>& labels) const {
-  const auto size = static_cast<std::size_t>(info_.sample_size);
-  samples.resize(indices.size() * size);
+void InMemoryDataset::read_labels(const std::vector<std::int64_t>& indices, std::vector<std::int32_t>& labels) const {
   labels.resize(indices.size());
   for (std::size_t k = 0; k < indices.size(); ++k) {
     const std::int64_t i = indices[k];
     HPCTRAIN_REQUIRE(i >= 0 && i < info_.count,
                      fmt::format("data set '{}' (in memory): sample index {} is not in [0, {})",
                                  info_.path, i, info_.count));
-    std::memcpy(samples.data() + k * size, samples_.get() + static_cast<std::size_t>(i) * size,
-                size * sizeof(float));
     labels[k] = labels_[static_cast<std::size_t>(i)];
+  }
+}
+
+void InMemoryDataset::read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
+                           std::vector<std::int32_t>& labels) const {
+  read_labels(indices, labels);  // checks every index
+  const auto size = static_cast<std::size_t>(info_.sample_size);
+  samples.resize(indices.size() * size);
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    std::memcpy(samples.data() + k * size, samples_.get() + static_cast<std::size_t>(indices[k]) * size,
+                size * sizeof(float));
   }
 }
 

@@ -19,14 +19,7 @@ Batch read_batch(const SampleSource& reader, const EpochPlan& plan, std::int64_t
   b.sample_indices = plan.rank_indices(epoch, batch);
   b.count = b.sample_indices.size();
   if (const auto resident = reader.resident()) {
-    const std::int64_t count = reader.info().count;
-    b.labels.resize(b.count);
-    for (std::size_t k = 0; k < b.count; ++k) {
-      const std::int64_t i = b.sample_indices[k];
-      HPCTRAIN_REQUIRE(i >= 0 && i < count, fmt::format("data set '{}' (in memory): sample index {} is not in [0, {})",
-                                                        reader.info().path, i, count));
-      b.labels[k] = resident->labels[i];
-    }
+    reader.read_labels(b.sample_indices, b.labels);
     b.resident = resident->samples;
     return b;
   }

@@ -80,12 +80,16 @@ class SampleSource {
   /// and `labels`. The outputs are resized. Each index must lie in [0, count).
   virtual void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
                     std::vector<std::int32_t>& labels) const = 0;
+  /// The labels alone of `indices` (resized), each index in [0, count); by default through read().
+  virtual void read_labels(const std::vector<std::int64_t>& indices, std::vector<std::int32_t>& labels) const {
+    std::vector<float> samples;
+    read(indices, samples, labels);
+  }
   /// A source whose normalised samples all sit in memory: count x sample_size floats, row-major
-  /// by global index, and count labels, valid while the source lives. read_batch then leaves a
-  /// batch's samples where they are and the model's input gathers them itself (no copy).
+  /// by global index, valid while the source lives. read_batch then leaves a batch's samples
+  /// where they are (reading their labels alone) and the model's input gathers them itself.
   struct Resident {
     const float* samples = nullptr;
-    const std::int32_t* labels = nullptr;
   };
   /// The resident samples, or nothing (the default: samples must be read).
   virtual std::optional<Resident> resident() const noexcept { return std::nullopt; }

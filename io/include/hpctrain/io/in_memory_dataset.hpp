@@ -37,7 +37,8 @@ class InMemoryDataset final : public SampleSource {
   const DatasetInfo& info() const noexcept override { return info_; }
   void read(const std::vector<std::int64_t>& indices, std::vector<float>& samples,
             std::vector<std::int32_t>& labels) const override;
-  std::optional<Resident> resident() const noexcept override { return Resident{samples_.get(), labels_.data()}; }
+  void read_labels(const std::vector<std::int64_t>& indices, std::vector<std::int32_t>& labels) const override;
+  std::optional<Resident> resident() const noexcept override { return Resident{samples_.get()}; }
 
  private:
   struct Free {
