@@ -412,6 +412,7 @@ struct StreamingBuffers {
     o.momentum = 0.9;
     return o;
   }()};
+  core::AdamW<float> adamw{core::AdamWOptions{}};
 };
 std::unique_ptr<StreamingBuffers> streaming_buffers;
 
@@ -449,6 +450,8 @@ void register_streaming_benchmarks() {
        f * n + (f + i64) * pooled + f * pooled},
       {"softmax_ce", [&b] { core::softmax_cross_entropy(b.logits, b.labels, 64 * 16, b.dlogits); }, 2 * f * 64 * 16 * 10},
       {"sgd_momentum", [&b] { b.sgd.step(b.p, b.g); }, 5 * f * params},
+      // reads p, g, m, v; writes p, m, v
+      {"adamw", [&b] { b.adamw.step(b.p, b.g); }, 7 * f * params},
       // The gradient's finiteness scan before every optimiser step (read once).
       {"count_nonfinite", [&b] { benchmark::DoNotOptimize(core::count_nonfinite(b.g)); }, f * params},
   };

@@ -87,8 +87,45 @@ HPCTRAIN_ALWAYS_INLINE inline void sgd_momentum_loop(T* __restrict params, const
   sgd_momentum_loop(params, grads, v, first, last, lr, wd, mu, first_step, nesterov);
 }
 
+/// AdamW's step on [first, last), the lambda's IEEE operations in its order per element (no
+/// contraction: see above; sqrt and division are correctly rounded in every clone).
+template <class T>
+HPCTRAIN_ALWAYS_INLINE inline void adamw_loop(T* __restrict params, const T* __restrict grads, T* __restrict m,
+                                              T* __restrict v, std::int64_t first, std::int64_t last, T lr, T decay,
+                                              T b1, T b2, T bias1, T sqrt_bias2, T eps) {
+  for (std::int64_t i = first; i < last; ++i) {
+    const T g = grads[i];
+    const T mi = b1 * m[i] + (T(1) - b1) * g;
+    const T vi = b2 * v[i] + (T(1) - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    params[i] = params[i] * decay - lr * (mi / bias1) / (std::sqrt(vi) / sqrt_bias2 + eps);
+  }
+}
+[[maybe_unused]] HPCTRAIN_VECTOR_CLONES void adamw_range(float* __restrict params, const float* __restrict grads,
+                                                         float* __restrict m, float* __restrict v, std::int64_t first,
+                                                         std::int64_t last, float lr, float decay, float b1, float b2,
+                                                         float bias1, float sqrt_bias2, float eps) {
+  adamw_loop(params, grads, m, v, first, last, lr, decay, b1, b2, bias1, sqrt_bias2, eps);
+}
+[[maybe_unused]] HPCTRAIN_VECTOR_CLONES void adamw_range(double* __restrict params, const double* __restrict grads,
+                                                         double* __restrict m, double* __restrict v, std::int64_t first,
+                                                         std::int64_t last, double lr, double decay, double b1,
+                                                         double b2, double bias1, double sqrt_bias2, double eps) {
+  adamw_loop(params, grads, m, v, first, last, lr, decay, b1, b2, bias1, sqrt_bias2, eps);
+}
+
 /// Elements per call of a cloned range kernel on the OpenMP team.
 constexpr std::int64_t kRangeChunk = std::int64_t{1} << 14;
+
+/// range(first, last) over [0, n) in chunks of kRangeChunk on the OpenMP team (host loops on
+/// OpenMP only).
+template <class Range>
+void for_chunks(const char* name, std::int64_t n, const Range& range) {
+  const std::int64_t chunks = (n + kRangeChunk - 1) / kRangeChunk;
+  detail::host_parallel_for(
+      name, chunks, [&](std::int64_t c) { range(c * kRangeChunk, std::min(n, (c + 1) * kRangeChunk)); }, kRangeChunk);
+}
 
 }  // namespace
 
@@ -131,14 +168,9 @@ void Sgd<T>::step(const Vec<T>& params, const Vec<T>& grads) {
         T* const p = params.data();
         const T* const g = grads.data();
         T* const vv = v.data();
-        const std::int64_t chunks = (n + kRangeChunk - 1) / kRangeChunk;
-        detail::host_parallel_for(
-            "hpctrain::sgd_momentum_step", chunks,
-            [=](std::int64_t c) {
-              sgd_momentum_range(p, g, vv, c * kRangeChunk, std::min(n, (c + 1) * kRangeChunk), lr, wd, mu, first,
-                                 nesterov);
-            },
-            kRangeChunk);
+        for_chunks("hpctrain::sgd_momentum_step", n, [=](std::int64_t i0, std::int64_t i1) {
+          sgd_momentum_range(p, g, vv, i0, i1, lr, wd, mu, first, nesterov);
+        });
         ++this->steps_;
         return;
       }
@@ -188,6 +220,19 @@ void AdamW<T>::step(const Vec<T>& params, const Vec<T>& grads) {
   const T sqrt_bias2 = static_cast<T>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
   const T eps = static_cast<T>(options_.eps);
   const Vec<T> m = exp_avg_, v = exp_avg_sq_;
+  if constexpr (detail::host_loops_on_openmp()) {
+    if (this->trainable_.extent(0) == 0) {  // every parameter trains: chunks of the cloned loop
+      T* const p = params.data();
+      const T* const g = grads.data();
+      T* const mm = m.data();
+      T* const vv = v.data();
+      for_chunks("hpctrain::adamw_step", n, [=](std::int64_t i0, std::int64_t i1) {
+        adamw_range(p, g, mm, vv, i0, i1, lr, decay, b1, b2, bias1, sqrt_bias2, eps);
+      });
+      ++this->steps_;
+      return;
+    }
+  }
   for_trainable(
       "hpctrain::adamw_step", n, this->trainable_, KOKKOS_LAMBDA(const std::int64_t i) {
         const T g = grads(i);
