@@ -165,7 +165,8 @@ TEST(Bias, ColumnSumsOverLeavesAreTheTreeOfLeafSums) {
 // tree): the same tree of leaf sums, bit for bit, at 1 and 2 threads.
 TEST(Bias, ColumnSumsOverLeavesAtEveryThreadCount) {
   const int threads_before = std::max(1, blas_threads());
-  for (const auto& [rows, cols, leaf] : std::vector<std::tuple<int, int, int>>{{128, 512, 16}, {300, 37, 7}, {1000, 40, 16}}) {
+  for (const auto& shape : std::vector<std::tuple<int, int, int>>{{128, 512, 16}, {300, 37, 7}, {1000, 40, 16}}) {
+    const int rows = std::get<0>(shape), cols = std::get<1>(shape), leaf = std::get<2>(shape);  // lambdas capture them
     const auto hy = random_values<float>(static_cast<std::size_t>(rows * cols), 32, -1e3, 1e3);
     const auto y = tensor_from_host<float>("y", {rows, cols}, hy);
     const int leaves = (rows + leaf - 1) / leaf;

@@ -405,9 +405,10 @@ TEST_P(LeavesGemm, EachLeafHasTheBitsOfItsRowsAlone) {
                rows_of(acc_want.data, first, count, out));
         }
         // the outputs with a leaf's rows of guard values behind them, which must stay as they are
+        const std::int64_t guard_rows = leaf;  // (a lambda may not capture a structured binding in C++17)
         const auto guarded = [&](const std::vector<float>& start, std::int64_t cols) {
           std::vector<float> v = start;
-          v.resize(start.size() + static_cast<std::size_t>(leaf * cols), 12345.F);
+          v.resize(start.size() + static_cast<std::size_t>(guard_rows * cols), 12345.F);
           return tensor_from_host<float>("guarded", {static_cast<std::int64_t>(v.size())}, v);
         };
         const auto y = guarded(nans_y, out), dx = guarded(nans_dx, in), acc = guarded(hdy, out);
