@@ -547,42 +547,67 @@ bool available() {
   return ok;
 }
 
-bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, MatrixOperand b,
-          float beta, float* c, std::int64_t ldc, const float* bias, std::int64_t leaf_rows) {
-  if (!available() || (beta != 0.0F && beta != 1.0F) || (bias != nullptr && beta != 0.0F)) return false;
-  if (b.trans && a.trans) return false;
-  const Leaves leaves = Leaves::of(m, leaf_rows);
-  if (leaves.count > 1 && a.trans) return false;  // leaves are a's rows
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const Blocks s = column_blocks(n, flops);
-  // Every leaf runs the kernel a call with its rows alone runs (kernels[short last leaf][block]),
-  // on the same operands and leading dimensions: the same bits, one parallel region.
+namespace {
+
+/// gemm()'s product and the per-leaf kernels of its column blocks (kernels[short last leaf][block]).
+struct Product {
+  std::int64_t m, n, k;
+  MatrixOperand a, b;
+  float beta;
+  float* c;
+  std::int64_t ldc;
+  const float* bias;
+  Leaves leaves;
+  Blocks s;
   std::array<libxsmm_smmfunction, kMaxBlocks> kernels[2]{};
-  const auto kernels_of = [&](const auto& make) {
+
+  /// Every leaf's kernels, make(height, width) for each block: false where one is missing.
+  template <class Make>
+  bool make_kernels(const Make& make) {
     return block_kernels(s, kernels[0], [&](std::int64_t width) { return make(leaves.rows, width); }) &&
-           (!leaves.short_last() || block_kernels(s, kernels[1], [&](std::int64_t width) { return make(leaves.last, width); }));
-  };
-
-  if (!b.trans) {
-    // column-major c^T[n x m] = b^T[n x k] op(a)^T[k x m]
-    if (bias != nullptr || (a.trans ? k : leaves.rows) > kMaxRows || std::max({leaves.rows, n, k}) > kMaxInner) {
-      return false;
-    }
-    if (!kernels_of([&](std::int64_t height, std::int64_t width) {
-          return kernel(width, height, k, b.ld, a.ld, ldc, beta, a.trans);
-        })) {
-      return false;
-    }
-    for_column_blocks(s, [&](std::size_t i, std::int64_t first, std::int64_t) {
-      for (std::int64_t l = 0; l < leaves.count; ++l) {
-        const std::int64_t r = l * leaves.rows;
-        kernels[leaves.is_short(l) ? 1 : 0][i](b.data + first, a.data + r * a.ld, c + r * ldc + first);
-      }
-      zero_upper();
-    });
-    return true;
+           (!leaves.short_last() ||
+            block_kernels(s, kernels[1], [&](std::int64_t width) { return make(leaves.last, width); }));
   }
+  libxsmm_smmfunction kernel_of(std::int64_t leaf, std::size_t block) const {
+    return kernels[leaves.is_short(leaf) ? 1 : 0][block];
+  }
+};
 
+/// c = op(a) b: column-major c^T[n x m] = b^T[n x k] op(a)^T[k x m], nothing copied.
+bool gemm_b_as_stored(Product& p) {
+  const std::int64_t n = p.n, k = p.k, ldc = p.ldc;  // plain names (lambdas capture them)
+  const MatrixOperand a = p.a, b = p.b;
+  const float beta = p.beta;
+  float* const c = p.c;
+  const float* const bias = p.bias;
+  const Leaves& leaves = p.leaves;
+  const Blocks& s = p.s;
+  if (bias != nullptr || (a.trans ? k : leaves.rows) > kMaxRows || std::max({leaves.rows, n, k}) > kMaxInner) {
+    return false;
+  }
+  if (!p.make_kernels([&](std::int64_t height, std::int64_t width) {
+        return kernel(width, height, k, b.ld, a.ld, ldc, beta, a.trans);
+      })) {
+    return false;
+  }
+  for_column_blocks(s, [&](std::size_t i, std::int64_t first, std::int64_t) {
+    for (std::int64_t l = 0; l < leaves.count; ++l) {
+      const std::int64_t r = l * leaves.rows;
+      p.kernel_of(l, i)(b.data + first, a.data + r * a.ld, c + r * ldc + first);
+    }
+    zero_upper();
+  });
+  return true;
+}
+
+bool gemm_b_transposed(Product& p) {
+  const std::int64_t m = p.m, n = p.n, k = p.k, ldc = p.ldc;
+  const MatrixOperand a = p.a, b = p.b;
+  const float beta = p.beta;
+  float* const c = p.c;
+  const float* const bias = p.bias;
+  const Leaves& leaves = p.leaves;
+  const Blocks& s = p.s;
   // c = a b^T: column-major t[m x n] = at[m x k] (b as stored: column-major [k x n]). The kernel
   // reads a register block of b's rows at once; where their stride is a multiple of 1 KiB they
   // fall into a few L1 sets and evict each other (the MLP's 256 x 512 weight: 66 GFLOP/s at 16
@@ -598,7 +623,7 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
   const bool aliasing = b.ld % kAliasingStride == 0;
   if (aliasing && held_kernel_threads() == 0) return false;
   const std::int64_t ldb = aliasing ? b.ld + kVector : b.ld;
-  if (!kernels_of([&](std::int64_t height, std::int64_t width) {
+  if (!p.make_kernels([&](std::int64_t height, std::int64_t width) {
         return kernel(height, width, k, height, ldb, height, 0.0F, false);
       })) {
     return false;
@@ -630,7 +655,7 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
     for (std::int64_t l = 0; l < leaves.count; ++l) {
       const std::int64_t r = l * leaves.rows, h = leaves.height(l);
       float* tl = t_data + r * n;  // leaf l's t: column-major [h x n], ld h
-      kernels[leaves.is_short(l) ? 1 : 0][block](at_data + r * k, rows, tl + first * h);
+      p.kernel_of(l, block)(at_data + r * k, rows, tl + first * h);
       float* cl = c + r * ldc;
       if (beta != 0.0F) {
         zero_upper();
@@ -657,6 +682,21 @@ bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
     }
   });
   return true;
+}
+
+}  // namespace
+
+bool gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, MatrixOperand b,
+          float beta, float* c, std::int64_t ldc, const float* bias, std::int64_t leaf_rows) {
+  if (!available() || (beta != 0.0F && beta != 1.0F) || (bias != nullptr && beta != 0.0F)) return false;
+  if (b.trans && a.trans) return false;
+  const Leaves leaves = Leaves::of(m, leaf_rows);
+  if (leaves.count > 1 && a.trans) return false;  // leaves are a's rows
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  // Every leaf runs the kernel a call with its rows alone runs, on the same operands and leading
+  // dimensions: the same bits, one parallel region.
+  Product p{m, n, k, a, b, beta, c, ldc, bias, leaves, column_blocks(n, flops)};
+  return b.trans ? gemm_b_transposed(p) : gemm_b_as_stored(p);
 }
 
 bool gemm_tn_leaf_tree(std::int64_t m, std::int64_t n, std::int64_t rows, std::int64_t leaf_rows, MatrixOperand a,
