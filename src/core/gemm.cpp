@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 // The vendor BLAS behind the blas backend, chosen at configure time (HPCTRAIN_GEMM_VENDOR):
 // cuBLAS called directly, or KokkosBlas (Kokkos Kernels -> OpenBLAS, or its cuBLAS TPL).
@@ -145,6 +146,72 @@ void vendor_gemm(bool ta, bool tb, [[maybe_unused]] std::int64_t m, [[maybe_unus
 #endif
 }
 
+/// op(x)'s rows and columns.
+template <class T>
+std::pair<std::int64_t, std::int64_t> op_dims(const Matrix<T>& x, bool trans) {
+  const auto r = static_cast<std::int64_t>(x.extent(0)), c = static_cast<std::int64_t>(x.extent(1));
+  return trans ? std::pair{c, r} : std::pair{r, c};
+}
+
+/// Throws, naming the shapes, where op(a) op(b) does not give c.
+template <class T>
+void require_gemm_shapes(bool ta, bool tb, const Matrix<T>& a, const Matrix<T>& b, const Matrix<T>& c) {
+  const auto [a_rows, a_cols] = op_dims(a, ta);
+  const auto [b_rows, b_cols] = op_dims(b, tb);
+  HPCTRAIN_REQUIRE(a_cols == b_rows && static_cast<std::int64_t>(c.extent(0)) == a_rows &&
+                       static_cast<std::int64_t>(c.extent(1)) == b_cols,
+                   "gemm: op(A) " + dims(a_rows, a_cols) + " x op(B) " + dims(b_rows, b_cols) +
+                       " does not give C " +
+                       dims(static_cast<std::int64_t>(c.extent(0)), static_cast<std::int64_t>(c.extent(1))));
+}
+
+/// Whether linear_forward's operands fit each other with no empty extent (else its gemm() fall-back
+/// says what is wrong).
+template <class T>
+bool linear_shapes_fit(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias, const Matrix<T>& y) {
+  return x.extent(0) > 0 && x.extent(1) > 0 && w.extent(0) > 0 && y.extent(0) == x.extent(0) &&
+         y.extent(1) == w.extent(0) && w.extent(1) == x.extent(1) && bias.extent(0) == w.extent(0);
+}
+
+/// c = op(a) op(b) (+ c where beta is 1) (+ bias on every row) on libxsmm, where the backend and
+/// libxsmm take it; leaf_rows > 0: a's and c's rows in leaves (libxsmm::gemm). Shapes already
+/// checked and non-empty. False, nothing touched, where libxsmm is not used.
+template <class T>
+bool on_libxsmm([[maybe_unused]] bool ta, [[maybe_unused]] bool tb, [[maybe_unused]] T alpha,
+                [[maybe_unused]] const Matrix<T>& a, [[maybe_unused]] const Matrix<T>& b, [[maybe_unused]] T beta,
+                [[maybe_unused]] const Matrix<T>& c, [[maybe_unused]] const T* bias,
+                [[maybe_unused]] std::int64_t leaf_rows) {
+#ifdef HPCTRAIN_HAVE_LIBXSMM
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_libxsmm(alpha)) {
+      ExecSpace().fence();
+      return libxsmm::gemm(op_dims(a, ta).first, op_dims(b, tb).second, op_dims(a, ta).second, operand(a, ta),
+                           operand(b, tb), beta, c.data(), leading_dimension(c), bias, leaf_rows);
+    }
+  }
+#endif
+  return false;
+}
+
+/// The same product on oneDNN, where the backend uses it (float, a build with oneDNN); false
+/// otherwise.
+template <class T>
+bool on_onednn([[maybe_unused]] bool ta, [[maybe_unused]] bool tb, [[maybe_unused]] T alpha,
+               [[maybe_unused]] const Matrix<T>& a, [[maybe_unused]] const Matrix<T>& b, [[maybe_unused]] T beta,
+               [[maybe_unused]] const Matrix<T>& c, [[maybe_unused]] const T* bias) {
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_onednn(alpha)) {
+      ExecSpace().fence();
+      onednn::gemm(op_dims(a, ta).first, op_dims(b, tb).second, op_dims(a, ta).second, operand(a, ta), operand(b, tb),
+                   beta, c.data(), leading_dimension(c), bias);
+      return true;
+    }
+  }
+#endif
+  return false;
+}
+
 }  // namespace
 
 GemmBackend gemm_backend() { return selected_gemm_backend(); }
@@ -162,16 +229,9 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, const Matrix<T>& a, const Matri
           const Matrix<T>& c) {
   const bool ta = trans_a == Trans::yes;
   const bool tb = trans_b == Trans::yes;
-  const auto a_rows = static_cast<std::int64_t>(a.extent(ta ? 1 : 0));
-  const auto a_cols = static_cast<std::int64_t>(a.extent(ta ? 0 : 1));
-  const auto b_rows = static_cast<std::int64_t>(b.extent(tb ? 1 : 0));
-  const auto b_cols = static_cast<std::int64_t>(b.extent(tb ? 0 : 1));
-  HPCTRAIN_REQUIRE(a_cols == b_rows && static_cast<std::int64_t>(c.extent(0)) == a_rows &&
-                       static_cast<std::int64_t>(c.extent(1)) == b_cols,
-                   "gemm: op(A) " + dims(a_rows, a_cols) + " x op(B) " + dims(b_rows, b_cols) +
-                       " does not give C " +
-                       dims(static_cast<std::int64_t>(c.extent(0)),
-                            static_cast<std::int64_t>(c.extent(1))));
+  require_gemm_shapes(ta, tb, a, b, c);
+  const auto [a_rows, a_cols] = op_dims(a, ta);
+  const std::int64_t b_cols = op_dims(b, tb).second;
   if (a_rows == 0 || b_cols == 0) return;
   if (a_cols == 0) {  // BLAS would leave C untouched; the product is beta * C
     if (beta == T(0)) {
@@ -186,27 +246,8 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, const Matrix<T>& a, const Matri
     }
     return;
   }
-#ifdef HPCTRAIN_HAVE_LIBXSMM
-  if constexpr (std::is_same_v<T, float>) {
-    if (use_libxsmm(alpha)) {
-      ExecSpace().fence();
-      if (libxsmm::gemm(a_rows, b_cols, a_cols, operand(a, ta), operand(b, tb), beta, c.data(),
-                        leading_dimension(c), nullptr)) {
-        return;
-      }
-    }
-  }
-#endif
-#ifdef HPCTRAIN_HAVE_ONEDNN
-  if constexpr (std::is_same_v<T, float>) {
-    if (use_onednn(alpha)) {
-      ExecSpace().fence();
-      onednn::gemm(a_rows, b_cols, a_cols, operand(a, ta), operand(b, tb), beta, c.data(),
-                   leading_dimension(c), nullptr);
-      return;
-    }
-  }
-#endif
+  if (on_libxsmm(ta, tb, alpha, a, b, beta, c, static_cast<const T*>(nullptr), 0)) return;
+  if (on_onednn(ta, tb, alpha, a, b, beta, c, static_cast<const T*>(nullptr))) return;
   vendor_gemm(ta, tb, a_rows, b_cols, a_cols, alpha, a, b, beta, c);
 }
 
@@ -217,31 +258,10 @@ void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
                        static_cast<std::int64_t>(w.extent(0)),
                    "linear_forward: bias has " + std::to_string(bias.extent(0)) +
                        " elements for " + std::to_string(w.extent(0)) + " outputs");
-  const bool shapes_fit = x.extent(0) > 0 && x.extent(1) > 0 && w.extent(0) > 0 && y.extent(0) == x.extent(0) &&
-                          y.extent(1) == w.extent(0) && w.extent(1) == x.extent(1);
-#ifdef HPCTRAIN_HAVE_LIBXSMM
-  if constexpr (std::is_same_v<T, float>) {
-    if (use_libxsmm(T(1)) && shapes_fit) {
-      ExecSpace().fence();
-      if (libxsmm::gemm(static_cast<std::int64_t>(x.extent(0)), static_cast<std::int64_t>(w.extent(0)),
-                        static_cast<std::int64_t>(x.extent(1)), operand(x, false), operand(w, true), 0.0F,
-                        y.data(), leading_dimension(y), bias.data())) {
-        return;
-      }
-    }
+  if (linear_shapes_fit(x, w, bias, y)) {
+    if (on_libxsmm(false, true, T(1), x, w, T(0), y, bias.data(), 0)) return;
+    if (on_onednn(false, true, T(1), x, w, T(0), y, bias.data())) return;
   }
-#endif
-#ifdef HPCTRAIN_HAVE_ONEDNN
-  if constexpr (std::is_same_v<T, float>) {
-    if (use_onednn(T(1)) && shapes_fit) {
-      ExecSpace().fence();
-      onednn::gemm(static_cast<std::int64_t>(x.extent(0)), static_cast<std::int64_t>(w.extent(0)),
-                   static_cast<std::int64_t>(x.extent(1)), operand(x, false), operand(w, true),
-                   0.0F, y.data(), leading_dimension(y), bias.data());
-      return;
-    }
-  }
-#endif
   gemm(Trans::no, Trans::yes, T(1), x, w, T(0), y);
   add_row_bias(y, bias);
 }
@@ -274,22 +294,10 @@ void gemm_in_leaves(std::int64_t leaf_rows, Trans trans_b, T alpha, const Matrix
                     const Matrix<T>& c) {
   const auto rows = static_cast<std::int64_t>(a.extent(0));
   require_leaves("gemm_in_leaves", leaf_rows, rows, static_cast<std::int64_t>(c.extent(0)));
-#ifdef HPCTRAIN_HAVE_LIBXSMM
-  if constexpr (std::is_same_v<T, float>) {
-    const bool tb = trans_b == Trans::yes;
-    const auto k = static_cast<std::int64_t>(a.extent(1));
-    const auto n = static_cast<std::int64_t>(c.extent(1));
-    const bool shapes_fit = rows > leaf_rows && k > 0 && n > 0 && static_cast<std::int64_t>(b.extent(tb ? 1 : 0)) == k &&
-                            static_cast<std::int64_t>(b.extent(tb ? 0 : 1)) == n;
-    if (use_libxsmm(alpha) && shapes_fit) {
-      ExecSpace().fence();
-      if (libxsmm::gemm(rows, n, k, operand(a, false), operand(b, tb), beta, c.data(), leading_dimension(c), nullptr,
-                        leaf_rows)) {
-        return;
-      }
-    }
-  }
-#endif
+  const bool tb = trans_b == Trans::yes;
+  require_gemm_shapes(false, tb, a, b, c);
+  const bool some_leaves = rows > leaf_rows && a.extent(1) > 0 && c.extent(1) > 0;
+  if (some_leaves && on_libxsmm(false, tb, alpha, a, b, beta, c, static_cast<const T*>(nullptr), leaf_rows)) return;
   for_each_leaf(leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
     gemm(Trans::no, trans_b, alpha, row_range(a, first, count), b, beta, row_range(c, first, count));
   });
@@ -300,20 +308,10 @@ void linear_forward_in_leaves(std::int64_t leaf_rows, const Matrix<T>& x, const 
                               const Matrix<T>& y) {
   const auto rows = static_cast<std::int64_t>(x.extent(0));
   require_leaves("linear_forward_in_leaves", leaf_rows, rows, static_cast<std::int64_t>(y.extent(0)));
-#ifdef HPCTRAIN_HAVE_LIBXSMM
-  if constexpr (std::is_same_v<T, float>) {
-    const bool shapes_fit = rows > leaf_rows && x.extent(1) > 0 && w.extent(0) > 0 && y.extent(1) == w.extent(0) &&
-                            w.extent(1) == x.extent(1) && bias.extent(0) == w.extent(0);
-    if (use_libxsmm(T(1)) && shapes_fit) {
-      ExecSpace().fence();
-      if (libxsmm::gemm(rows, static_cast<std::int64_t>(w.extent(0)), static_cast<std::int64_t>(x.extent(1)),
-                        operand(x, false), operand(w, true), 0.0F, y.data(), leading_dimension(y), bias.data(),
-                        leaf_rows)) {
-        return;
-      }
-    }
+  if (rows > leaf_rows && linear_shapes_fit(x, w, bias, y) &&
+      on_libxsmm(false, true, T(1), x, w, T(0), y, bias.data(), leaf_rows)) {
+    return;
   }
-#endif
   for_each_leaf(leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
     linear_forward(row_range(x, first, count), w, bias, row_range(y, first, count));
   });
