@@ -118,13 +118,19 @@ HPCTRAIN_ALWAYS_INLINE inline void adamw_loop(T* __restrict params, const T* __r
 /// Elements per call of a cloned range kernel on the OpenMP team.
 constexpr std::int64_t kRangeChunk = std::int64_t{1} << 14;
 
-/// range(first, last) over [0, n) in chunks of kRangeChunk on the OpenMP team (host loops on
-/// OpenMP only).
-template <class Range>
-void for_chunks(const char* name, std::int64_t n, const Range& range) {
-  const std::int64_t chunks = (n + kRangeChunk - 1) / kRangeChunk;
-  detail::host_parallel_for(
-      name, chunks, [&](std::int64_t c) { range(c * kRangeChunk, std::min(n, (c + 1) * kRangeChunk)); }, kRangeChunk);
+/// Where host loops run on the OpenMP team and every parameter trains (no trainable mask):
+/// range(first, last) over [0, n) in chunks of kRangeChunk there (a cloned range kernel), and
+/// true; otherwise false, nothing run (the caller's element-wise kernel takes the step).
+template <class T, class Range>
+bool stepped_in_chunks(const char* name, std::int64_t n, const Vec<T>& trainable, const Range& range) {
+  if constexpr (detail::host_loops_on_openmp()) {
+    if (trainable.extent(0) != 0) return false;
+    const std::int64_t chunks = (n + kRangeChunk - 1) / kRangeChunk;
+    detail::host_parallel_for(
+        name, chunks, [&](std::int64_t c) { range(c * kRangeChunk, std::min(n, (c + 1) * kRangeChunk)); }, kRangeChunk);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -163,17 +169,14 @@ void Sgd<T>::step(const Vec<T>& params, const Vec<T>& grads) {
     const Vec<T> v = momentum_;
     const bool first = this->steps_ == 0;
     const bool nesterov = options_.nesterov;
-    if constexpr (detail::host_loops_on_openmp()) {
-      if (this->trainable_.extent(0) == 0) {  // every parameter trains: chunks of the cloned loop
-        T* const p = params.data();
-        const T* const g = grads.data();
-        T* const vv = v.data();
-        for_chunks("hpctrain::sgd_momentum_step", n, [=](std::int64_t i0, std::int64_t i1) {
+    T* const p = params.data();
+    const T* const g = grads.data();
+    T* const vv = v.data();
+    if (stepped_in_chunks("hpctrain::sgd_momentum_step", n, this->trainable_, [=](std::int64_t i0, std::int64_t i1) {
           sgd_momentum_range(p, g, vv, i0, i1, lr, wd, mu, first, nesterov);
-        });
-        ++this->steps_;
-        return;
-      }
+        })) {
+      ++this->steps_;
+      return;
     }
     for_trainable(
         "hpctrain::sgd_momentum_step", n, this->trainable_, KOKKOS_LAMBDA(const std::int64_t i) {
@@ -220,18 +223,15 @@ void AdamW<T>::step(const Vec<T>& params, const Vec<T>& grads) {
   const T sqrt_bias2 = static_cast<T>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
   const T eps = static_cast<T>(options_.eps);
   const Vec<T> m = exp_avg_, v = exp_avg_sq_;
-  if constexpr (detail::host_loops_on_openmp()) {
-    if (this->trainable_.extent(0) == 0) {  // every parameter trains: chunks of the cloned loop
-      T* const p = params.data();
-      const T* const g = grads.data();
-      T* const mm = m.data();
-      T* const vv = v.data();
-      for_chunks("hpctrain::adamw_step", n, [=](std::int64_t i0, std::int64_t i1) {
+  T* const p = params.data();
+  const T* const g = grads.data();
+  T* const mm = m.data();
+  T* const vv = v.data();
+  if (stepped_in_chunks("hpctrain::adamw_step", n, this->trainable_, [=](std::int64_t i0, std::int64_t i1) {
         adamw_range(p, g, mm, vv, i0, i1, lr, decay, b1, b2, bias1, sqrt_bias2, eps);
-      });
-      ++this->steps_;
-      return;
-    }
+      })) {
+    ++this->steps_;
+    return;
   }
   for_trainable(
       "hpctrain::adamw_step", n, this->trainable_, KOKKOS_LAMBDA(const std::int64_t i) {
