@@ -88,7 +88,7 @@ void ProgressReport::print_start(const RunDescription& run) const {
                   run.kernel_threads, run.kernel_threads - 1, run.kernel_threads);
     }
     // Two or more micro-shards per rank: the largest micro-shard that still gives every rank one
-    // runs faster (fewer, larger passes; 16 costs the MLP ~30 % at P = 2, 64 nothing measurable).
+    // runs faster (fewer, larger passes; docs/deterministic.md gives the measured costs).
     // Not on one rank: a one-rank deterministic run is usually the reference others compare with.
     const std::int64_t ranks = comm_.size();
     const std::int64_t widest = (o.global_batch + ranks - 1) / ranks;
