@@ -575,25 +575,21 @@ struct Product {
 
 /// c = op(a) b: column-major c^T[n x m] = b^T[n x k] op(a)^T[k x m], nothing copied.
 bool gemm_b_as_stored(Product& p) {
-  const std::int64_t n = p.n, k = p.k, ldc = p.ldc;  // plain names (lambdas capture them)
-  const MatrixOperand a = p.a, b = p.b;
-  const float beta = p.beta;
-  float* const c = p.c;
-  const float* const bias = p.bias;
-  const Leaves& leaves = p.leaves;
-  const Blocks& s = p.s;
-  if (bias != nullptr || (a.trans ? k : leaves.rows) > kMaxRows || std::max({leaves.rows, n, k}) > kMaxInner) {
+  const MatrixOperand& a = p.a;
+  const MatrixOperand& b = p.b;
+  const Leaves& lv = p.leaves;
+  if (p.bias != nullptr || (a.trans ? p.k : lv.rows) > kMaxRows || std::max({lv.rows, p.n, p.k}) > kMaxInner) {
     return false;
   }
   if (!p.make_kernels([&](std::int64_t height, std::int64_t width) {
-        return kernel(width, height, k, b.ld, a.ld, ldc, beta, a.trans);
+        return kernel(width, height, p.k, b.ld, a.ld, p.ldc, p.beta, a.trans);
       })) {
     return false;
   }
-  for_column_blocks(s, [&](std::size_t i, std::int64_t first, std::int64_t) {
-    for (std::int64_t l = 0; l < leaves.count; ++l) {
-      const std::int64_t r = l * leaves.rows;
-      p.kernel_of(l, i)(b.data + first, a.data + r * a.ld, c + r * ldc + first);
+  for_column_blocks(p.s, [&](std::size_t i, std::int64_t first, std::int64_t) {
+    for (std::int64_t l = 0; l < lv.count; ++l) {
+      const std::int64_t r = l * lv.rows;
+      p.kernel_of(l, i)(b.data + first, a.data + r * a.ld, p.c + r * p.ldc + first);
     }
     zero_upper();
   });
