@@ -50,7 +50,13 @@ template <class T>
 Tensor<T> Conv2D<T>::forward(const Tensor<T>& x, bool /*train*/) {
   g_ = geometry(x);
   core::ensure_shape(y_, "hpctrain::conv2d::y", {g_.batch, out_c_, g_.out_height(), g_.out_width()});
-  core::conv2d_forward(g_, x.data, this->param(0).data, this->param(1).data, ws_, y_.data);
+  forward_leaf_rows_ = this->gradient_leaf_rows();
+  if (forward_leaf_rows_ > 0) {
+    core::conv2d_forward_in_leaves(forward_leaf_rows_, g_, x.data, this->param(0).data, this->param(1).data, leaves_,
+                                   y_.data);
+  } else {
+    core::conv2d_forward(g_, x.data, this->param(0).data, this->param(1).data, ws_, y_.data);
+  }
   return y_;
 }
 
@@ -64,8 +70,12 @@ Tensor<T> Conv2D<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
     core::ensure_shape(dx_, "hpctrain::conv2d::dx", {g_.batch, in_c_, g_.height, g_.width});
     dx = dx_.data;
   }
-  core::conv2d_backward(g_, this->param(0).data, dy.data, ws_, this->grad(0).data,
-                        this->grad(1).data, dx);
+  if (forward_leaf_rows_ > 0) {
+    core::conv2d_backward_in_leaves(forward_leaf_rows_, g_, this->param(0).data, dy.data, leaves_,
+                                    this->grad(0).data, this->grad(1).data, dx);
+  } else {
+    core::conv2d_backward(g_, this->param(0).data, dy.data, ws_, this->grad(0).data, this->grad(1).data, dx);
+  }
   return need_input_grad ? dx_ : Tensor<T>();
 }
 

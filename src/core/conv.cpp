@@ -2,9 +2,13 @@
 
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/elementwise.hpp"
+#include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/gemm.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <type_traits>
 
@@ -266,6 +270,157 @@ void conv2d_backward(const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
   col2im(g, ws.dcol, dx);
 }
 
+namespace {
+
+/// Leaves of `leaf_rows` rows over `rows` rows (the last may be shorter).
+std::int64_t leaf_count(std::int64_t rows, std::int64_t leaf_rows) {
+  HPCTRAIN_REQUIRE(leaf_rows > 0, "conv2d in leaves: " + std::to_string(leaf_rows) + " rows per leaf");
+  return (rows + leaf_rows - 1) / leaf_rows;
+}
+
+/// Leaf l's geometry: g with the leaf's rows.
+Conv2dGeometry leaf_geometry(const Conv2dGeometry& g, std::int64_t leaf_rows, std::int64_t l) {
+  Conv2dGeometry leaf = g;
+  leaf.batch = std::min(leaf_rows, g.batch - l * leaf_rows);
+  return leaf;
+}
+
+/// Elements [first, first + count) of v.
+template <class T>
+Vec<T> span(const Vec<T>& v, std::int64_t first, std::int64_t count) {
+  return Kokkos::subview(v, std::make_pair(first, first + count));
+}
+
+/// The threads the leaves run on side by side: the held kernel threads on the oneDNN path while
+/// deterministic training holds oneDNN at one thread (each leaf's oneDNN then runs on one
+/// thread, inside the team, as in a pass of its own); 1 (one after another) otherwise.
+template <class T>
+int leaf_team() {
+#if defined(HPCTRAIN_HAVE_ONEDNN) && defined(HPCTRAIN_HAVE_OPENMP)
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv_backend() == ConvBackend::onednn) return std::max(1, held_kernel_threads());
+  }
+#endif
+  return 1;
+}
+
+/// body(l) 0 .. leaves-1 on `team` threads, one leaf per thread at a time (team > 1,
+/// OpenMP builds). The bodies touch raw pointers only: Kokkos' reference counts are not made
+/// for other threads. A leaf's exception is rethrown here once every leaf has ended.
+template <class Body>
+void leaves_on_team(std::int64_t leaves, int team, const Body& body) {
+#if defined(HPCTRAIN_HAVE_OPENMP)
+  ExecSpace().fence();
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+  for (std::int64_t l = 0; l < leaves; ++l) {
+    try {
+      body(l);
+    } catch (...) {
+#pragma omp critical(hpctrain_conv_leaves)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+#else
+  (void)team;
+  for (std::int64_t l = 0; l < leaves; ++l) body(l);
+#endif
+}
+
+}  // namespace
+
+template <class T>
+void conv2d_forward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& w,
+                              const Vec<T>& b, Conv2dLeaves<T>& ws, const Vec<T>& y) {
+  g.validate();
+  const std::int64_t leaves = leaf_count(g.batch, leaf_rows);
+  const std::int64_t in_row = g.in_channels * g.height * g.width;
+  const std::int64_t out_row = g.out_channels * g.out_height() * g.out_width();
+  require_size(x, g.batch * in_row, "conv2d input");
+  require_size(y, g.batch * out_row, "conv2d output");
+  if (static_cast<std::int64_t>(ws.leaf.size()) < leaves) ws.leaf.resize(static_cast<std::size_t>(leaves));
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (const int team = leaf_team<T>(); team > 1 && leaves > 1) {
+      require_size(w, g.out_channels * g.col_rows(), "conv2d weight");
+      require_size(b, g.out_channels, "conv2d bias");
+      const float *xp = x.data(), *wp = w.data(), *bp = b.data();
+      float* yp = y.data();
+      leaves_on_team(leaves, team, [&](std::int64_t l) {
+        Conv2dWorkspace<T>& leaf = ws.leaf[static_cast<std::size_t>(l)];
+        onednn::conv2d_forward(leaf_geometry(g, leaf_rows, l), xp + l * leaf_rows * in_row, wp, bp, leaf.onednn,
+                               yp + l * leaf_rows * out_row);
+        leaf.forward_backend = ConvBackend::onednn;
+      });
+      return;
+    }
+  }
+#endif
+  for (std::int64_t l = 0; l < leaves; ++l) {
+    const Conv2dGeometry lg = leaf_geometry(g, leaf_rows, l);
+    conv2d_forward(lg, span(x, l * leaf_rows * in_row, lg.batch * in_row), w, b, ws.leaf[static_cast<std::size_t>(l)],
+                   span(y, l * leaf_rows * out_row, lg.batch * out_row));
+  }
+}
+
+template <class T>
+void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
+                               Conv2dLeaves<T>& ws, const Vec<T>& dw, const Vec<T>& db, const Vec<T>& dx) {
+  g.validate();
+  const std::int64_t leaves = leaf_count(g.batch, leaf_rows);
+  const std::int64_t in_row = g.in_channels * g.height * g.width;
+  const std::int64_t out_row = g.out_channels * g.out_height() * g.out_width();
+  const std::int64_t nw = g.out_channels * g.col_rows(), per_leaf = nw + g.out_channels;
+  require_size(dy, g.batch * out_row, "conv2d output gradient");
+  require_size(dw, nw, "conv2d weight gradient");
+  require_size(db, g.out_channels, "conv2d bias gradient");
+  const bool input_grad = dx.extent(0) != 0;
+  if (input_grad) require_size(dx, g.batch * in_row, "conv2d input gradient");
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(ws.leaf.size()) >= leaves,
+                   "conv2d_backward_in_leaves before conv2d_forward_in_leaves");
+  grow(ws.grads, "hpctrain::conv2d::leaf_grads", leaves * per_leaf);
+  const auto leaf_grads = [&](std::int64_t l) { return span(ws.grads, l * per_leaf, per_leaf); };
+  set_zero(span(ws.grads, 0, leaves * per_leaf));  // each leaf's gradient is added into zeros
+  bool done = false;
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (const int team = leaf_team<T>(); team > 1 && leaves > 1) {
+      const float *wp = w.data(), *dyp = dy.data();
+      float *gp = ws.grads.data(), *dxp = input_grad ? dx.data() : nullptr;
+      leaves_on_team(leaves, team, [&](std::int64_t l) {
+        Conv2dWorkspace<T>& leaf = ws.leaf[static_cast<std::size_t>(l)];
+        HPCTRAIN_REQUIRE(leaf.forward_backend == ConvBackend::onednn && leaf.onednn,
+                         "conv2d_backward_in_leaves: leaf " + std::to_string(l) + " had no oneDNN forward");
+        float* grads = gp + l * per_leaf;
+        onednn::conv2d_backward(leaf_geometry(g, leaf_rows, l), wp, dyp + l * leaf_rows * out_row, *leaf.onednn, grads,
+                                grads + nw, dxp ? dxp + l * leaf_rows * in_row : nullptr);
+      });
+      done = true;
+    }
+  }
+#endif
+  for (std::int64_t l = 0; l < leaves && !done; ++l) {
+    const Conv2dGeometry lg = leaf_geometry(g, leaf_rows, l);
+    const Vec<T> grads = leaf_grads(l);
+    conv2d_backward(lg, w, span(dy, l * leaf_rows * out_row, lg.batch * out_row), ws.leaf[static_cast<std::size_t>(l)],
+                    span(grads, 0, nw), span(grads, nw, g.out_channels),
+                    input_grad ? span(dx, l * leaf_rows * in_row, lg.batch * in_row) : Vec<T>());
+  }
+  // The leaves' gradients over the tree, in place: slot s holds the node whose leftmost leaf's
+  // buffer it names.
+  std::vector<std::int64_t> slot(static_cast<std::size_t>(leaf_tree_depth(leaves)));
+  leaf_tree_sum(
+      leaves, [&](std::int64_t l, int s) { slot[static_cast<std::size_t>(s)] = l; },
+      [&](int dst, int src) {
+        const Vec<T> d = leaf_grads(slot[static_cast<std::size_t>(dst)]);
+        add(d, leaf_grads(slot[static_cast<std::size_t>(src)]), false, d);
+      });
+  const Vec<T> sum = leaf_grads(slot[0]);
+  add(dw, span(sum, 0, nw), false, dw);
+  add(db, span(sum, nw, g.out_channels), false, db);
+}
+
 template <class T>
 void maxpool2d_forward(const Pool2dGeometry& g, const Vec<T>& x, const Vec<T>& y,
                        const Kokkos::View<std::int64_t*, MemSpace>& argmax) {
@@ -348,6 +503,13 @@ void maxpool2d_backward(const Pool2dGeometry& g, const Vec<T>& dy,
   template void conv2d_backward<T>(const Conv2dGeometry&, const Vec<T>&, const Vec<T>&,      \
                                    Conv2dWorkspace<T>&, const Vec<T>&, const Vec<T>&,        \
                                    const Vec<T>&);                                           \
+  template struct Conv2dLeaves<T>;                                                           \
+  template void conv2d_forward_in_leaves<T>(std::int64_t, const Conv2dGeometry&, const Vec<T>&, \
+                                            const Vec<T>&, const Vec<T>&, Conv2dLeaves<T>&,     \
+                                            const Vec<T>&);                                     \
+  template void conv2d_backward_in_leaves<T>(std::int64_t, const Conv2dGeometry&, const Vec<T>&, \
+                                             const Vec<T>&, Conv2dLeaves<T>&, const Vec<T>&,     \
+                                             const Vec<T>&, const Vec<T>&);                      \
   template void maxpool2d_forward<T>(const Pool2dGeometry&, const Vec<T>&, const Vec<T>&,    \
                                      const Kokkos::View<std::int64_t*, MemSpace>&);          \
   template void maxpool2d_backward<T>(const Pool2dGeometry&, const Vec<T>&,                  \

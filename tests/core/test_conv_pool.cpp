@@ -2,11 +2,17 @@
 #include "gradient_check.hpp"
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/conv.hpp"
+#include "hpctrain/core/environment.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace hpctrain::core {
 namespace {
@@ -217,6 +223,151 @@ TEST_P(Conv2dFloat, WorkspaceFollowsBatchSize) {
     const auto got = to_host(y.data);
     for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << "N" << n << " " << i;
   }
+}
+
+/// Elements [first, first + count) of a host vector as a tensor of `shape`.
+Tensor<float> slice(const std::vector<float>& v, std::int64_t first, std::int64_t count, const Shape& shape) {
+  return tensor_from_host<float>("slice", shape, std::vector<float>(v.begin() + first, v.begin() + first + count));
+}
+
+/// The pairwise tree coll::TreeSum adds micro-shard terms over: node (l, i) = node (l-1, 2i) +
+/// node (l-1, 2i+1), or the left child alone where the right one has no leaf.
+std::vector<float> pairwise_tree(std::vector<std::vector<float>> nodes) {
+  while (nodes.size() > 1) {
+    std::vector<std::vector<float>> up;
+    for (std::size_t i = 0; i < nodes.size(); i += 2) {
+      up.push_back(nodes[i]);
+      if (i + 1 < nodes.size()) {
+        for (std::size_t e = 0; e < up.back().size(); ++e) up.back()[e] += nodes[i + 1][e];
+      }
+    }
+    nodes = std::move(up);
+  }
+  return nodes[0];
+}
+
+std::size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// conv2d_forward_in_leaves / conv2d_backward_in_leaves (deterministic training's grouped passes):
+// every output row and input-gradient row has the bits of conv2d_forward / conv2d_backward on
+// its leaf's rows alone, and dw, db gain the pairwise tree of the leaves' gradients (each added
+// into zeros, as a pass per leaf gives them), bit for bit: the CNN's two convolutions with a
+// short last leaf, a strided odd shape in leaves of 3, fewer rows than a leaf; at 1 and 2
+// threads, held (deterministic training: oneDNN on one thread, the leaves side by side on the
+// held threads) and not; twice per workspace; near float64.
+TEST_P(Conv2dFloat, LeavesHaveTheBitsOfTheirRowsAlone) {
+  ConvBackendScope scope(GetParam());
+  const int threads_before = std::max(1, blas_threads());
+  for (const auto& [g, leaf] : std::vector<std::tuple<Conv2dGeometry, std::int64_t>>{
+           {geometry(50, 1, 28, 28, 32, 5, 1, 2), 16}, {geometry(20, 32, 14, 14, 64, 5, 1, 2), 8},
+           {geometry(10, 3, 9, 6, 5, 3, 2, 1), 3}, {geometry(5, 2, 6, 5, 3, 3, 1, 1), 16}}) {
+    const std::int64_t in_row = g.in_channels * g.height * g.width;
+    const std::int64_t out_row = g.out_channels * g.out_height() * g.out_width();
+    const std::int64_t nw = g.out_channels * g.col_rows(), leaves = (g.batch + leaf - 1) / leaf;
+    const Shape x_shape{g.batch, g.in_channels, g.height, g.width};
+    const Shape y_shape{g.batch, g.out_channels, g.out_height(), g.out_width()};
+    const auto x = random_tensor<float>("x", x_shape, 91);
+    const auto w = random_tensor<float>("w", {g.out_channels, g.col_rows()}, 92);
+    const auto b = random_tensor<float>("b", {g.out_channels}, 93);
+    const auto dy = random_tensor<float>("dy", y_shape, 94);
+    const auto dw0 = random_tensor<float>("dw0", {g.out_channels, g.col_rows()}, 95);  // dw accumulates
+    const auto db0 = random_tensor<float>("db0", {g.out_channels}, 96);
+    const auto hx = to_host(x.data), hdy = to_host(dy.data);
+    const auto want_y = direct_conv(g, hx, to_host(w.data), to_host(b.data));
+    const auto want = direct_conv_backward(g, hx, to_host(w.data), hdy);
+    for (const bool held : {false, true}) {
+      for (const int threads : {1, 2}) {
+        set_blas_threads(threads);
+        std::optional<SingleThreadedLibraries> single;
+        if (held) single.emplace();
+        SCOPED_TRACE(::testing::Message() << "N" << g.batch << " C" << g.in_channels << " F" << g.out_channels
+                                          << " K" << g.kernel << " S" << g.stride << ", leaves of " << leaf << ", "
+                                          << threads << " threads" << (held ? ", held" : ""));
+        // the references: one call per leaf, each gradient into zeros, then the tree
+        std::vector<float> y_want, dx_want;
+        std::vector<std::vector<float>> leaf_grads;
+        for (std::int64_t l = 0; l < leaves; ++l) {
+          Conv2dGeometry lg = g;
+          lg.batch = std::min(leaf, g.batch - l * leaf);
+          Conv2dWorkspace<float> ws;
+          const auto xl = slice(hx, l * leaf * in_row, lg.batch * in_row, {lg.batch, g.in_channels, g.height, g.width});
+          const auto dyl = slice(hdy, l * leaf * out_row, lg.batch * out_row, {lg.batch, g.out_channels, g.out_height(), g.out_width()});
+          auto yl = make_tensor<float>("yl", dyl.shape);
+          auto dxl = make_tensor<float>("dxl", xl.shape);
+          auto dwl = make_tensor<float>("dwl", w.shape);
+          auto dbl = make_tensor<float>("dbl", b.shape);
+          conv2d_forward(lg, xl.data, w.data, b.data, ws, yl.data);
+          conv2d_backward(lg, w.data, dyl.data, ws, dwl.data, dbl.data, dxl.data);
+          for (const float v : to_host(yl.data)) y_want.push_back(v);
+          for (const float v : to_host(dxl.data)) dx_want.push_back(v);
+          leaf_grads.push_back(to_host(dwl.data));
+          for (const float v : to_host(dbl.data)) leaf_grads.back().push_back(v);
+        }
+        std::vector<float> grad_want = pairwise_tree(leaf_grads);
+        const auto hdw0 = to_host(dw0.data), hdb0 = to_host(db0.data);
+        for (std::int64_t i = 0; i < nw; ++i) grad_want[i] = hdw0[i] + grad_want[i];
+        for (std::int64_t f = 0; f < g.out_channels; ++f) grad_want[nw + f] = hdb0[f] + grad_want[nw + f];
+        // in leaves, twice per workspace (the second reuses each leaf's primitives)
+        Conv2dLeaves<float> ws;
+        for (int round = 1; round <= 2; ++round) {
+          auto y = make_tensor<float>("y", y_shape);
+          auto dx = make_tensor<float>("dx", x_shape);
+          const auto dw = tensor_from_host<float>("dw", w.shape, hdw0);
+          const auto db = tensor_from_host<float>("db", b.shape, hdb0);
+          conv2d_forward_in_leaves(leaf, g, x.data, w.data, b.data, ws, y.data);
+          conv2d_backward_in_leaves(leaf, g, w.data, dy.data, ws, dw.data, db.data, dx.data);
+          EXPECT_EQ(differing(to_host(y.data), y_want), 0u) << "y, round " << round;
+          EXPECT_EQ(differing(to_host(dx.data), dx_want), 0u) << "dx, round " << round;
+          std::vector<float> grad = to_host(dw.data);
+          for (const float v : to_host(db.data)) grad.push_back(v);
+          ASSERT_EQ(differing(grad, grad_want), 0u) << "dw, db: the tree of the leaves' gradients, round " << round;
+          if (round == 2) {  // near float64 (the tree's terms are the leaves' float sums)
+            const auto got_y = to_host(y.data), got_dx = to_host(dx.data);
+            for (std::size_t i = 0; i < got_y.size(); ++i) ASSERT_NEAR(got_y[i], want_y[i], 1e-5 * g.col_rows()) << i;
+            for (std::size_t i = 0; i < got_dx.size(); ++i) ASSERT_NEAR(got_dx[i], want.dx[i], 1e-5 * nw) << i;
+            const double tol = 1e-5 * static_cast<double>(g.batch * g.out_height() * g.out_width());
+            for (std::int64_t i = 0; i < nw; ++i) ASSERT_NEAR(grad[i] - hdw0[i], want.dw[i], tol) << "dw " << i;
+            for (std::int64_t f = 0; f < g.out_channels; ++f) ASSERT_NEAR(grad[nw + f] - hdb0[f], want.db[f], tol) << "db " << f;
+          }
+        }
+        // Without an input gradient (the first layer) the parameter gradients are the same.
+        const auto dw = tensor_from_host<float>("dw", w.shape, hdw0);
+        const auto db = tensor_from_host<float>("db", b.shape, hdb0);
+        auto y = make_tensor<float>("y", y_shape);
+        conv2d_forward_in_leaves(leaf, g, x.data, w.data, b.data, ws, y.data);
+        conv2d_backward_in_leaves(leaf, g, w.data, dy.data, ws, dw.data, db.data, Vec<float>());
+        std::vector<float> grad = to_host(dw.data);
+        for (const float v : to_host(db.data)) grad.push_back(v);
+        EXPECT_EQ(differing(grad, grad_want), 0u) << "dw, db without dx";
+      }
+    }
+  }
+  set_blas_threads(threads_before);
+  // The pairwise tree is not the plain sum here: the comparison can tell them apart.
+  const auto g = geometry(64, 1, 28, 28, 32, 5, 1, 2);
+  const auto x = random_tensor<float>("x", {g.batch, 1, 28, 28}, 97);
+  const auto w = random_tensor<float>("w", {g.out_channels, g.col_rows()}, 98);
+  const auto b = random_tensor<float>("b", {g.out_channels}, 99);
+  const auto dy = random_tensor<float>("dy", {g.batch, g.out_channels, 28, 28}, 100);
+  auto y = make_tensor<float>("y", dy.shape);
+  auto dw_leaves = make_tensor<float>("dw", w.shape), db_leaves = make_tensor<float>("db", b.shape);
+  auto dw_plain = make_tensor<float>("dw", w.shape), db_plain = make_tensor<float>("db", b.shape);
+  Conv2dLeaves<float> leaves;
+  conv2d_forward_in_leaves(16, g, x.data, w.data, b.data, leaves, y.data);
+  conv2d_backward_in_leaves(16, g, w.data, dy.data, leaves, dw_leaves.data, db_leaves.data, Vec<float>());
+  Conv2dWorkspace<float> plain;
+  conv2d_forward(g, x.data, w.data, b.data, plain, y.data);
+  conv2d_backward(g, w.data, dy.data, plain, dw_plain.data, db_plain.data, Vec<float>());
+  EXPECT_GT(differing(to_host(dw_leaves.data), to_host(dw_plain.data)), 0u) << "the tree and the plain sum agree";
+  // misuse: no rows per leaf; a backward before any forward in leaves
+  Conv2dLeaves<float> fresh;
+  EXPECT_THROW(conv2d_forward_in_leaves(0, g, x.data, w.data, b.data, fresh, y.data), Error);
+  EXPECT_THROW(conv2d_backward_in_leaves(16, g, w.data, dy.data, fresh, dw_plain.data, db_plain.data, Vec<float>()), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conv2dFloat,

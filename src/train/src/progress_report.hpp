@@ -35,7 +35,7 @@ struct RunDescription {
   int kernel_threads = 0;  ///< deterministic mode's thread count of the thread-independent kernels
   bool data_in_memory = false;  ///< the training split was copied into memory
   /// Deterministic mode runs this model's passes with oneDNN held at one thread (its layers are
-  /// not all grouped-pass layers: convolutions, attention), however many threads the rank has.
+  /// not all grouped-pass layers: batch norm, attention), however many threads the rank has.
   bool library_bound_passes = false;
 };
 

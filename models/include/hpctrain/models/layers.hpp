@@ -42,6 +42,8 @@ class Conv2D final : public Layer<T> {
   std::vector<ParameterSpec> parameter_specs() const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  /// Leaf rows: each leaf runs as a batch of its own (core::conv2d_forward_in_leaves).
+  bool supports_gradient_leaves() const override { return true; }
 
  private:
   core::Conv2dGeometry geometry(const Tensor<T>& x) const;
@@ -49,6 +51,8 @@ class Conv2D final : public Layer<T> {
   core::Init init_;
   core::Conv2dGeometry g_;
   core::Conv2dWorkspace<T> ws_;
+  core::Conv2dLeaves<T> leaves_;
+  std::int64_t forward_leaf_rows_ = 0;  ///< the last forward's leaf rows (0: one batch)
   Tensor<T> y_, dx_;
 };
 
@@ -61,6 +65,9 @@ class MaxPool2D final : public Layer<T> {
   Shape output_shape(const Shape& input_sample_shape) const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  /// Each sample's windows alone give its outputs; with disjoint windows (stride >= kernel) each
+  /// input gradient has one writer, so the bits do not depend on the batch or its order.
+  bool supports_gradient_leaves() const override { return stride_ >= k_; }
 
  private:
   std::int64_t k_, stride_;

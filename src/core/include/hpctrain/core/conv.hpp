@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace hpctrain::core {
 
@@ -101,6 +102,31 @@ template <class T>
 void conv2d_backward(const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
                      Conv2dWorkspace<T>& ws, const Vec<T>& dw, const Vec<T>& db,
                      const Vec<T>& dx);
+
+/// Deterministic training's grouped passes (models::Layer::supports_gradient_leaves): a batch
+/// cut into leaves of `leaf_rows` rows (the last may be shorter), each leaf run as a batch of
+/// its rows alone, in a workspace of its own (the forward's state is kept for the backward).
+template <class T>
+struct Conv2dLeaves {
+  std::vector<Conv2dWorkspace<T>> leaf;  ///< one per leaf
+  Vec<T> grads;                          ///< per leaf: its weight gradient [F C K K], then its bias gradient [F]
+};
+
+/// y = conv2d_forward of each leaf's rows alone: every output row has the bits a batch of its
+/// leaf alone gives it. On oneDNN, while deterministic training holds it at one thread
+/// (held_kernel_threads() > 0), the leaves run side by side on the held kernel threads, oneDNN
+/// on one thread in each (as in a pass per leaf); otherwise one after another.
+template <class T>
+void conv2d_forward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& w,
+                              const Vec<T>& b, Conv2dLeaves<T>& ws, const Vec<T>& y);
+
+/// The backward of conv2d_forward_in_leaves on the same input: dx as each leaf's rows alone give
+/// it (when non-empty), and dw += W, db += B, where W and B are the pairwise tree
+/// (core/leaf_tree.hpp) of the leaves' gradients, each leaf's as conv2d_backward adds it into a
+/// zeroed buffer: so a zeroed dw, db get the bits coll::TreeSum gives a pass per leaf.
+template <class T>
+void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
+                               Conv2dLeaves<T>& ws, const Vec<T>& dw, const Vec<T>& db, const Vec<T>& dx);
 
 struct Pool2dGeometry {
   std::int64_t batch = 0;
