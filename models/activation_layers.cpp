@@ -2,6 +2,8 @@
 #include "hpctrain/core/counter_rng.hpp"
 #include "hpctrain/models/layers.hpp"
 
+#include <algorithm>
+
 namespace hpctrain::models {
 
 Activation parse_activation(const std::string& name) {
@@ -13,6 +15,24 @@ Activation parse_activation(const std::string& name) {
 template <class T>
 ActivationLayer<T>::ActivationLayer(Activation activation) : activation_(activation) {}
 
+namespace {
+/// apply(first, count) over the elements of `x`'s rows: in leaves of `leaf_rows` rows (each leaf
+/// a call of its own, so its elements get the bits a batch of its rows alone gets), or once
+/// over all rows (leaf_rows 0, or no more rows than a leaf).
+template <class T, class Apply>
+void in_leaves(std::int64_t leaf_rows, const Tensor<T>& x, const Apply& apply) {
+  const std::int64_t rows = x.rank() == 0 ? 0 : x.dim(0);
+  if (leaf_rows <= 0 || rows <= leaf_rows) {
+    apply(std::int64_t{0}, x.size());
+    return;
+  }
+  const std::int64_t per_row = x.size() / rows;
+  for (std::int64_t first = 0; first < rows; first += leaf_rows) {
+    apply(first * per_row, std::min(leaf_rows, rows - first) * per_row);
+  }
+}
+}  // namespace
+
 template <class T>
 Tensor<T> ActivationLayer<T>::forward(const Tensor<T>& x, bool /*train*/) {
   x_ = x;
@@ -20,7 +40,9 @@ Tensor<T> ActivationLayer<T>::forward(const Tensor<T>& x, bool /*train*/) {
   if (activation_ == Activation::relu) {
     core::relu_forward(x.data, y_.data);
   } else {
-    core::gelu_forward(x.data, y_.data);
+    in_leaves(this->gradient_leaf_rows(), x, [&](std::int64_t first, std::int64_t count) {
+      core::gelu_forward(core::slice(x.data, first, count), core::slice(y_.data, first, count));
+    });
   }
   return y_;
 }
@@ -32,7 +54,10 @@ Tensor<T> ActivationLayer<T>::backward(const Tensor<T>& dy, bool need_input_grad
   if (activation_ == Activation::relu) {
     core::relu_backward(y_.data, dy.data, dx_.data);
   } else {
-    core::gelu_backward(x_.data, dy.data, dx_.data);
+    in_leaves(this->gradient_leaf_rows(), x_, [&](std::int64_t first, std::int64_t count) {
+      core::gelu_backward(core::slice(x_.data, first, count), core::slice(dy.data, first, count),
+                          core::slice(dx_.data, first, count));
+    });
   }
   return dx_;
 }

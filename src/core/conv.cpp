@@ -285,12 +285,6 @@ Conv2dGeometry leaf_geometry(const Conv2dGeometry& g, std::int64_t leaf_rows, st
   return leaf;
 }
 
-/// Elements [first, first + count) of v.
-template <class T>
-Vec<T> span(const Vec<T>& v, std::int64_t first, std::int64_t count) {
-  return Kokkos::subview(v, std::make_pair(first, first + count));
-}
-
 /// The threads the leaves run on side by side: the held kernel threads on the oneDNN path while
 /// deterministic training holds oneDNN at one thread (each leaf's oneDNN then runs on one
 /// thread, inside the team, as in a pass of its own); 1 (one after another) otherwise.
@@ -359,8 +353,8 @@ void conv2d_forward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, c
 #endif
   for (std::int64_t l = 0; l < leaves; ++l) {
     const Conv2dGeometry lg = leaf_geometry(g, leaf_rows, l);
-    conv2d_forward(lg, span(x, l * leaf_rows * in_row, lg.batch * in_row), w, b, ws.leaf[static_cast<std::size_t>(l)],
-                   span(y, l * leaf_rows * out_row, lg.batch * out_row));
+    conv2d_forward(lg, slice(x, l * leaf_rows * in_row, lg.batch * in_row), w, b, ws.leaf[static_cast<std::size_t>(l)],
+                   slice(y, l * leaf_rows * out_row, lg.batch * out_row));
   }
 }
 
@@ -380,8 +374,8 @@ void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, 
   HPCTRAIN_REQUIRE(static_cast<std::int64_t>(ws.leaf.size()) >= leaves,
                    "conv2d_backward_in_leaves before conv2d_forward_in_leaves");
   grow(ws.grads, "hpctrain::conv2d::leaf_grads", leaves * per_leaf);
-  const auto leaf_grads = [&](std::int64_t l) { return span(ws.grads, l * per_leaf, per_leaf); };
-  set_zero(span(ws.grads, 0, leaves * per_leaf));  // each leaf's gradient is added into zeros
+  const auto leaf_grads = [&](std::int64_t l) { return slice(ws.grads, l * per_leaf, per_leaf); };
+  set_zero(slice(ws.grads, 0, leaves * per_leaf));  // each leaf's gradient is added into zeros
   bool done = false;
 #ifdef HPCTRAIN_HAVE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
@@ -403,9 +397,9 @@ void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, 
   for (std::int64_t l = 0; l < leaves && !done; ++l) {
     const Conv2dGeometry lg = leaf_geometry(g, leaf_rows, l);
     const Vec<T> grads = leaf_grads(l);
-    conv2d_backward(lg, w, span(dy, l * leaf_rows * out_row, lg.batch * out_row), ws.leaf[static_cast<std::size_t>(l)],
-                    span(grads, 0, nw), span(grads, nw, g.out_channels),
-                    input_grad ? span(dx, l * leaf_rows * in_row, lg.batch * in_row) : Vec<T>());
+    conv2d_backward(lg, w, slice(dy, l * leaf_rows * out_row, lg.batch * out_row), ws.leaf[static_cast<std::size_t>(l)],
+                    slice(grads, 0, nw), slice(grads, nw, g.out_channels),
+                    input_grad ? slice(dx, l * leaf_rows * in_row, lg.batch * in_row) : Vec<T>());
   }
   // The leaves' gradients over the tree, in place: slot s holds the node whose leftmost leaf's
   // buffer it names.
@@ -417,8 +411,8 @@ void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, 
         add(d, leaf_grads(slot[static_cast<std::size_t>(src)]), false, d);
       });
   const Vec<T> sum = leaf_grads(slot[0]);
-  add(dw, span(sum, 0, nw), false, dw);
-  add(db, span(sum, nw, g.out_channels), false, db);
+  add(dw, slice(sum, 0, nw), false, dw);
+  add(db, slice(sum, nw, g.out_channels), false, db);
 }
 
 template <class T>

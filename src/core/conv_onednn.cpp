@@ -10,6 +10,13 @@
 // overwrites), run the data gradient and reorder dx out. The reorders move O(N C H W + N F Ho Wo)
 // bytes against O(N F C K^2 Ho Wo) flops, a few per cent of the conv time at the CNN's shapes.
 //
+// Scratchpads are the state's own (scratchpad_mode::user, one buffer per state, sized for the
+// largest of its primitives): with the library's default, oneDNN's scratchpad is common to the
+// primitives of a thread, and a primitive must run in the thread that created it. Deterministic
+// training runs micro-shard leaves side by side on an OpenMP team, each leaf's state created in
+// one thread and run in whichever thread takes the leaf next (that failed one run in three with
+// "could not execute a primitive" before).
+//
 // Works with oneDNN 2.x (desc + primitive_desc) and 3.x (primitive_desc only).
 
 #include "conv_onednn.hpp"
@@ -17,6 +24,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,13 +40,36 @@ namespace {
 
 using onednn::cpu_engine;
 
+/// Primitive attributes with a caller-provided scratchpad (the file comment says why).
+dnnl::primitive_attr own_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+/// A reorder from `src`'s layout to `dst`'s that takes its scratchpad from the caller.
+struct Reorder {
+  dnnl::reorder primitive;
+  std::size_t scratchpad_bytes = 0;
+
+  Reorder() = default;
+  Reorder(const memory& src, const memory& dst) {
+    const dnnl::reorder::primitive_desc pd(src, dst, own_scratchpad());
+    primitive = dnnl::reorder(pd);
+    scratchpad_bytes = pd.scratchpad_desc().get_size();
+  }
+  void execute(dnnl::stream& s, const memory& src, const memory& dst, const memory& scratchpad) const {
+    primitive.execute(s, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}});
+  }
+};
+
 /// One tensor seen two ways: the user's plain layout and the primitive's. `to_lib` copies the
 /// user's data in (a reorder when the layouts differ), `to_user` copies it back out.
 struct LayoutPair {
   memory user;
   memory lib;
   bool differs = false;
-  dnnl::reorder in, out;
+  Reorder in, out;
 
   LayoutPair() = default;
   LayoutPair(const memory::desc& user_md, const memory::desc& lib_md, bool owns_lib) {
@@ -50,13 +81,17 @@ struct LayoutPair {
     } else {
       lib = memory(lib_md, eng, DNNL_MEMORY_NONE);  // aliases the user's buffer
     }
+    if (differs) {
+      in = Reorder(user, lib);
+      out = Reorder(lib, user);
+    }
   }
+  std::size_t scratchpad_bytes() const { return std::max(in.scratchpad_bytes, out.scratchpad_bytes); }
   /// lib := user data at `ptr` (aliasing when the layouts agree and lib is not owned).
-  void to_lib(dnnl::stream& s, const float* ptr, bool owns_lib) {
+  void to_lib(dnnl::stream& s, const float* ptr, bool owns_lib, const memory& scratchpad) {
     user.set_data_handle(const_cast<float*>(ptr));
     if (differs) {
-      if (!in) in = dnnl::reorder(user, lib);
-      in.execute(s, user, lib);
+      in.execute(s, user, lib, scratchpad);
     } else if (owns_lib) {
       std::memcpy(lib.get_data_handle(), ptr, lib.get_desc().get_size());
     } else {
@@ -69,10 +104,8 @@ struct LayoutPair {
     if (!differs) lib.set_data_handle(ptr);
   }
   /// user data at the bound pointer := lib (a reorder when the layouts differ).
-  void to_user(dnnl::stream& s) {
-    if (!differs) return;
-    if (!out) out = dnnl::reorder(lib, user);
-    out.execute(s, lib, user);
+  void to_user(dnnl::stream& s, const memory& scratchpad) {
+    if (differs) out.execute(s, lib, user, scratchpad);
   }
 };
 
@@ -98,7 +131,8 @@ struct OnednnConvState {
   // backward
   LayoutPair diff_dst_data, diff_dst_weights, weights_for_data, diff_src, diff_weights;
   memory src_for_weights;  ///< the forward's src in the layout backward-weights wants
-  dnnl::reorder src_to_weights_layout;
+  Reorder src_to_weights_layout;
+  memory scratchpad;  ///< every primitive's and reorder's scratchpad (one runs at a time)
   bool src_layouts_differ = false;
   memory diff_bias;
   bool diff_dst_shared = false;  ///< both backward primitives take dy in the same layout
@@ -131,29 +165,30 @@ OnednnConvState::OnednnConvState(const Conv2dGeometry& geometry) : g(geometry) {
   // kernel does up to 16x the work (conv1, C = 1: 12.5 ms against 2.2 ms for oneDNN's gemm
   // kernel on plain NCHW, measured at batch 64), so a thin input's gradient stays plain.
   const auto diff_src_md = g.in_channels < 16 ? plain(src_dims, Tag::nchw) : any(src_dims);
+  const dnnl::primitive_attr attr = own_scratchpad();
 #if DNNL_VERSION_MAJOR >= 3
   fwd_pd = dnnl::convolution_forward::primitive_desc(
       eng, dnnl::prop_kind::forward_training, algo, any(src_dims), any(wei_dims), bias_md,
-      any(dst_dims), strides, padding, padding);
+      any(dst_dims), strides, padding, padding, attr);
   bwd_data_pd = dnnl::convolution_backward_data::primitive_desc(
-      eng, algo, diff_src_md, any(wei_dims), any(dst_dims), strides, padding, padding, fwd_pd);
+      eng, algo, diff_src_md, any(wei_dims), any(dst_dims), strides, padding, padding, fwd_pd, attr);
   bwd_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
       eng, algo, any(src_dims), any(wei_dims), bias_md, any(dst_dims), strides, padding, padding,
-      fwd_pd);
+      fwd_pd, attr);
 #else
   fwd_pd = dnnl::convolution_forward::primitive_desc(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, any(src_dims),
                                       any(wei_dims), bias_md, any(dst_dims), strides, padding,
                                       padding),
-      eng);
+      attr, eng);
   bwd_data_pd = dnnl::convolution_backward_data::primitive_desc(
       dnnl::convolution_backward_data::desc(algo, diff_src_md, any(wei_dims), any(dst_dims),
                                             strides, padding, padding),
-      eng, fwd_pd);
+      attr, eng, fwd_pd);
   bwd_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
       dnnl::convolution_backward_weights::desc(algo, any(src_dims), any(wei_dims), bias_md,
                                                any(dst_dims), strides, padding, padding),
-      eng, fwd_pd);
+      attr, eng, fwd_pd);
 #endif
   fwd = dnnl::convolution_forward(fwd_pd);
   bwd_data = dnnl::convolution_backward_data(bwd_data_pd);
@@ -174,13 +209,25 @@ OnednnConvState::OnednnConvState(const Conv2dGeometry& geometry) : g(geometry) {
   src_layouts_differ = !(bwd_weights_pd.src_desc() == fwd_pd.src_desc());
   if (src_layouts_differ) {
     src_for_weights = memory(bwd_weights_pd.src_desc(), eng);
-    src_to_weights_layout = dnnl::reorder(src.lib, src_for_weights);
+    src_to_weights_layout = Reorder(src.lib, src_for_weights);
   } else {
     src_for_weights = src.lib;
   }
   diff_bias = memory(bias_md, eng);
   diff_dst_shared = bwd_data_pd.diff_dst_desc() == bwd_weights_pd.diff_dst_desc();
   weight_grad_oihw.resize(static_cast<std::size_t>(g.out_channels * g.col_rows()));
+  std::size_t bytes = src_to_weights_layout.scratchpad_bytes;
+  for (const std::size_t b : {fwd_pd.scratchpad_desc().get_size(), bwd_data_pd.scratchpad_desc().get_size(),
+                              bwd_weights_pd.scratchpad_desc().get_size()}) {
+    bytes = std::max(bytes, b);
+  }
+  for (const LayoutPair* p : {&src, &weights, &dst, &diff_dst_data, &diff_dst_weights, &weights_for_data, &diff_src,
+                              &diff_weights}) {
+    bytes = std::max(bytes, p->scratchpad_bytes());
+  }
+  scratchpad = memory(memory::desc({static_cast<memory::dim>(std::max<std::size_t>(bytes, 1))},
+                                   memory::data_type::u8, Tag::a),
+                      eng);
 }
 
 namespace onednn {
@@ -191,15 +238,17 @@ void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, con
     if (!state || !same_geometry(state->g, g)) state = std::make_shared<OnednnConvState>(g);
     OnednnConvState& st = *state;
     auto& s = st.stream;
-    st.src.to_lib(s, x, true);
-    st.weights.to_lib(s, w, false);
+    const memory& pad = st.scratchpad;
+    st.src.to_lib(s, x, true, pad);
+    st.weights.to_lib(s, w, false, pad);
     st.bias.set_data_handle(const_cast<float*>(b));
     st.dst.bind_output(y);
     st.fwd.execute(s, {{DNNL_ARG_SRC, st.src.lib},
                        {DNNL_ARG_WEIGHTS, st.weights.lib},
                        {DNNL_ARG_BIAS, st.bias},
-                       {DNNL_ARG_DST, st.dst.lib}});
-    st.dst.to_user(s);
+                       {DNNL_ARG_DST, st.dst.lib},
+                       {DNNL_ARG_SCRATCHPAD, pad}});
+    st.dst.to_user(s, pad);
     s.wait();
     st.have_forward = true;
   } catch (const dnnl::error& e) {
@@ -213,21 +262,24 @@ void conv2d_backward(const Conv2dGeometry& g, const float* w, const float* dy,
                    "conv2d_backward (oneDNN) without a conv2d_forward of the same geometry");
   try {
     auto& s = st.stream;
-    st.diff_dst_weights.to_lib(s, dy, false);
-    if (st.src_layouts_differ) st.src_to_weights_layout.execute(s, st.src.lib, st.src_for_weights);
+    const memory& pad = st.scratchpad;
+    st.diff_dst_weights.to_lib(s, dy, false, pad);
+    if (st.src_layouts_differ) st.src_to_weights_layout.execute(s, st.src.lib, st.src_for_weights, pad);
     st.bwd_weights.execute(s, {{DNNL_ARG_SRC, st.src_for_weights},
                                {DNNL_ARG_DIFF_DST, st.diff_dst_weights.lib},
                                {DNNL_ARG_DIFF_WEIGHTS, st.diff_weights.lib},
-                               {DNNL_ARG_DIFF_BIAS, st.diff_bias}});
+                               {DNNL_ARG_DIFF_BIAS, st.diff_bias},
+                               {DNNL_ARG_SCRATCHPAD, pad}});
     if (dx != nullptr) {
-      if (!st.diff_dst_shared) st.diff_dst_data.to_lib(s, dy, false);
+      if (!st.diff_dst_shared) st.diff_dst_data.to_lib(s, dy, false, pad);
       const memory& diff_dst = st.diff_dst_shared ? st.diff_dst_weights.lib : st.diff_dst_data.lib;
-      st.weights_for_data.to_lib(s, w, false);
+      st.weights_for_data.to_lib(s, w, false, pad);
       st.diff_src.bind_output(dx);
       st.bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, diff_dst},
                               {DNNL_ARG_WEIGHTS, st.weights_for_data.lib},
-                              {DNNL_ARG_DIFF_SRC, st.diff_src.lib}});
-      st.diff_src.to_user(s);
+                              {DNNL_ARG_DIFF_SRC, st.diff_src.lib},
+                              {DNNL_ARG_SCRATCHPAD, pad}});
+      st.diff_src.to_user(s, pad);
     }
     // oneDNN overwrites the weight gradient; our contract accumulates: bring it to OIHW in a
     // scratch of the state's (no allocation per step), then add.
@@ -235,7 +287,7 @@ void conv2d_backward(const Conv2dGeometry& g, const float* w, const float* dy,
     const float* gw = static_cast<const float*>(st.diff_weights.lib.get_data_handle());
     if (st.diff_weights.differs) {
       st.diff_weights.bind_output(st.weight_grad_oihw.data());
-      st.diff_weights.to_user(s);
+      st.diff_weights.to_user(s, pad);
       gw = st.weight_grad_oihw.data();
     }
     s.wait();

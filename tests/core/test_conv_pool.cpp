@@ -226,7 +226,7 @@ TEST_P(Conv2dFloat, WorkspaceFollowsBatchSize) {
 }
 
 /// Elements [first, first + count) of a host vector as a tensor of `shape`.
-Tensor<float> slice(const std::vector<float>& v, std::int64_t first, std::int64_t count, const Shape& shape) {
+Tensor<float> host_slice(const std::vector<float>& v, std::int64_t first, std::int64_t count, const Shape& shape) {
   return tensor_from_host<float>("slice", shape, std::vector<float>(v.begin() + first, v.begin() + first + count));
 }
 
@@ -295,8 +295,8 @@ TEST_P(Conv2dFloat, LeavesHaveTheBitsOfTheirRowsAlone) {
           Conv2dGeometry lg = g;
           lg.batch = std::min(leaf, g.batch - l * leaf);
           Conv2dWorkspace<float> ws;
-          const auto xl = slice(hx, l * leaf * in_row, lg.batch * in_row, {lg.batch, g.in_channels, g.height, g.width});
-          const auto dyl = slice(hdy, l * leaf * out_row, lg.batch * out_row, {lg.batch, g.out_channels, g.out_height(), g.out_width()});
+          const auto xl = host_slice(hx, l * leaf * in_row, lg.batch * in_row, {lg.batch, g.in_channels, g.height, g.width});
+          const auto dyl = host_slice(hdy, l * leaf * out_row, lg.batch * out_row, {lg.batch, g.out_channels, g.out_height(), g.out_width()});
           auto yl = make_tensor<float>("yl", dyl.shape);
           auto dxl = make_tensor<float>("dxl", xl.shape);
           auto dwl = make_tensor<float>("dwl", w.shape);
@@ -346,6 +346,38 @@ TEST_P(Conv2dFloat, LeavesHaveTheBitsOfTheirRowsAlone) {
         EXPECT_EQ(differing(grad, grad_want), 0u) << "dw, db without dx";
       }
     }
+  }
+  // A leaf's oneDNN state run by another thread than the one that created it: the forward with
+  // the held team at one thread (the states made on this thread), the backward at two (the leaves
+  // side by side, so the other thread runs states it did not make). With oneDNN's default
+  // scratchpad, which belongs to the creating thread, this failed ("could not execute a
+  // primitive"): conv1's data gradient, oneDNN's gemm kernel on a plain layout, needs a few
+  // MB of scratchpad at this image size.
+  {
+    const auto g = geometry(8, 1, 160, 160, 8, 5, 1, 2);
+    const auto x = random_tensor<float>("x", {g.batch, g.in_channels, g.height, g.width}, 101);
+    const auto w = random_tensor<float>("w", {g.out_channels, g.col_rows()}, 102);
+    const auto b = random_tensor<float>("b", {g.out_channels}, 103);
+    const auto dy = random_tensor<float>("dy", {g.batch, g.out_channels, g.out_height(), g.out_width()}, 104);
+    std::vector<std::vector<float>> results;
+    for (const int backward_threads : {1, 2}) {
+      Conv2dLeaves<float> ws;
+      auto y = make_tensor<float>("y", dy.shape);
+      auto dx = make_tensor<float>("dx", x.shape);
+      auto dw = make_tensor<float>("dw", w.shape), db = make_tensor<float>("db", b.shape);
+      set_blas_threads(1);
+      {
+        const SingleThreadedLibraries single;
+        conv2d_forward_in_leaves(2, g, x.data, w.data, b.data, ws, y.data);
+      }
+      set_blas_threads(backward_threads);
+      const SingleThreadedLibraries single;
+      ASSERT_NO_THROW(conv2d_backward_in_leaves(2, g, w.data, dy.data, ws, dw.data, db.data, dx.data))
+          << backward_threads << " threads";
+      results.push_back(to_host(dx.data));
+      for (const float v : to_host(dw.data)) results.back().push_back(v);
+    }
+    EXPECT_EQ(differing(results[0], results[1]), 0u) << "the backward on one thread and side by side";
   }
   set_blas_threads(threads_before);
   // The pairwise tree is not the plain sum here: the comparison can tell them apart.

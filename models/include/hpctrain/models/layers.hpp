@@ -87,9 +87,10 @@ class ActivationLayer final : public Layer<T> {
   explicit ActivationLayer(Activation activation);
   std::string kind() const override { return activation_ == Activation::relu ? "relu" : "gelu"; }
   Shape output_shape(const Shape& input_sample_shape) const override { return input_sample_shape; }
-  /// ReLU only: a select per element. GELU may run on oneDNN's kernels, whose bits for an
-  /// element are not documented to be independent of the tensor's length.
-  bool supports_gradient_leaves() const override { return activation_ == Activation::relu; }
+  /// ReLU: a select per element, at any length. GELU may run on oneDNN's kernels, whose bits
+  /// for an element are not documented to be independent of the tensor's length: with leaf rows
+  /// it runs one call per leaf (the calls a pass per leaf makes).
+  bool supports_gradient_leaves() const override { return true; }
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
 
