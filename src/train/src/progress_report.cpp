@@ -81,7 +81,7 @@ void ProgressReport::print_start(const RunDescription& run) const {
                   static_cast<long long>(shards), static_cast<long long>(comm_.size() - shards), comm_.size());
     }
     if (run.library_bound_passes && run.kernel_threads > 1) {
-      std::printf("hpctrain: note: this model has layers without leaf rows (batch norm, attention, GELU), so deterministic "
+      std::printf("hpctrain: note: this model has layers without leaf rows (batch norm, attention), so deterministic "
                   "mode runs a pass per micro-shard with oneDNN held at one thread, and %d threads per rank leave %d "
                   "idle there; one rank per core (--threads-per-rank 1, %d times the ranks) gives the same bytes "
                   "faster (docs/deterministic.md)\n",
