@@ -13,8 +13,10 @@
 #include <fstream>
 #include <string>
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/collectives/communicator.hpp"
 #include "hpctrain/collectives/mpi_transport.hpp"
+#include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/finite_guard.hpp"
 #include "hpctrain/train/trainer.hpp"
 #include "training_fixture.hpp"
@@ -45,6 +47,51 @@ train::TrainOptions base_options() {
 }
 
 const auto* kokkos_env = ::testing::AddGlobalTestEnvironment(new hpctrain::testing::KokkosDataEnvironment(&data_dir));
+
+// DeviceBatch: the rows asked for, from a batch read into memory and from a data set held in
+// memory (rows gathered by sample index); start_load_rows + wait as load_rows; rows() as views
+// of the loaded rows, not copies; rows outside the batch refused. (On a GPU build the copy goes
+// through pinned staging on a stream of its own: compiled by ctest -R cuda.compute, not run here.)
+TEST(DeviceBatch, LoadsTheRowsAskedForAndViewsThem) {
+  const core::Shape sample{2, 3};
+  const std::size_t width = 6, count = 5;
+  io::Batch read;
+  read.count = count;
+  for (std::size_t i = 0; i < count * width; ++i) read.samples.push_back(0.5f * static_cast<float>(i));
+  read.labels = {7, 1, 4, 9, 2};
+  std::vector<float> table(10 * width);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = -static_cast<float>(i);
+  io::Batch resident;
+  resident.count = count;
+  resident.resident = table.data();
+  resident.sample_indices = {8, 0, 3, 3, 6};
+  resident.labels = read.labels;
+  for (const io::Batch* b : {&read, &resident}) {
+    const auto want_row = [&](std::size_t k) {
+      const float* row = b->resident ? b->resident + b->sample_indices[k] * width : b->samples.data() + k * width;
+      return std::vector<float>(row, row + width);
+    };
+    train::DeviceBatch started, loaded;
+    started.start_load_rows(*b, 1, 3, sample);
+    started.wait();
+    loaded.load_rows(*b, 1, 3, sample);
+    ASSERT_EQ(started.x.shape, (core::Shape{3, 2, 3}));
+    const std::vector<float> x = core::to_host(started.x.data);
+    EXPECT_EQ(x, core::to_host(loaded.x.data));
+    EXPECT_EQ(core::to_host(started.labels), (std::vector<std::int32_t>{1, 4, 9}));
+    for (std::size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(std::vector<float>(x.begin() + k * width, x.begin() + (k + 1) * width), want_row(1 + k)) << k;
+    }
+    const train::DeviceBatch part = started.rows(1, 2);
+    ASSERT_EQ(part.x.shape, (core::Shape{2, 2, 3}));
+    EXPECT_EQ(part.x.data.data(), started.x.data.data() + width) << "rows() must be a view";
+    EXPECT_EQ(part.labels.data(), started.labels.data() + 1);
+    EXPECT_EQ(core::to_host(part.labels), (std::vector<std::int32_t>{4, 9}));
+    EXPECT_EQ(started.rows(3, 0).x.shape, (core::Shape{0, 2, 3}));
+    EXPECT_THROW(started.rows(2, 2), Error);
+    EXPECT_THROW(started.start_load_rows(*b, 3, 3, sample), Error);
+  }
+}
 
 TEST(FiniteGuard, NamesTheLowestRankWhoseLossOrGradientIsNotFinite) {
   coll::Communicator comm(coll::make_mpi_transport(MPI_COMM_WORLD));

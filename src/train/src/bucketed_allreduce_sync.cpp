@@ -69,7 +69,7 @@ void BucketedAllreduceSync::accumulate(const MicroBatch& micro) {
     model_.skip_stat_reductions();  // sync batch norm: the ranks with samples wait for ours
     return;                         // its buckets are launched by finish()
   }
-  pass_->input.load(micro.batch, model_.input_shape());
+  pass_->take_rows(micro, 0, micro.batch.count, model_.input_shape());
   loss_ += pass_->forward_loss(model_, step_.index, micro.sample_position, step_.samples());
   const auto t_backward = Clock::now();
   if (micro.record && timeline_) timeline_->add(Span{"forward", "compute", 0, t_forward, t_backward});

@@ -204,7 +204,7 @@ void DeterministicSync::accumulate(const MicroBatch& micro) {
     const auto shard = static_cast<std::size_t>(micro_shard_);
     for (std::size_t first = 0; first < count; first += shard) {
       const std::size_t rows = std::min(shard, count - first);
-      pass_->input.load_rows(micro.batch, first, rows, model_.input_shape());
+      pass_->take_rows(micro, first, rows, model_.input_shape());
       terms_->start_term();
       const auto position = static_cast<std::int64_t>(first);
       const std::int64_t term = term_base_ + (micro.offset_in_batch + position) / micro_shard_;
@@ -254,8 +254,7 @@ void DeterministicSync::accumulate_grouped(const MicroBatch& micro, bool last_mi
                          std::to_string(end_term) + ")");
     const std::int64_t first = (node_first - first_term) * micro_shard_;
     const std::int64_t rows = std::min(count, (node_end - first_term) * micro_shard_) - first;
-    pass_->input.load_rows(micro.batch, static_cast<std::size_t>(first), static_cast<std::size_t>(rows),
-                           model_.input_shape());
+    pass_->take_rows(micro, static_cast<std::size_t>(first), static_cast<std::size_t>(rows), model_.input_shape());
     terms_->start_term();
     pass_->forward_leaf_losses(model_, step_.index, micro.sample_position + first, step_.samples(), micro_shard_,
                                losses_.data() + node_first);

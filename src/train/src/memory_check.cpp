@@ -84,12 +84,14 @@ MemoryEstimate estimate_training_memory(models::Sequential<float>& model, const 
     e.optimizer_state += most * sizeof(float);
   }
 
-  const std::int64_t train_batch =
-      o.deterministic ? o.micro_shard : (o.global_batch + static_cast<std::int64_t>(ranks) - 1) / static_cast<std::int64_t>(ranks);
+  const std::int64_t rank_batch = (o.global_batch + static_cast<std::int64_t>(ranks) - 1) / static_cast<std::int64_t>(ranks);
+  const std::int64_t train_batch = o.deterministic ? o.micro_shard : rank_batch;
   e.batch = std::max<std::int64_t>(train_batch, with_eval ? kEvalBatch : 0);
   const auto batch = static_cast<std::uint64_t>(std::max<std::int64_t>(e.batch, 1));
   core::Shape in = model.input_shape();
   e.activations = 2 * product(in) * batch * sizeof(float);  // the batch on the device, and its copy in
+  // the trainer's copies of the rank's micro-batch and of the next one (trainer.cpp, BatchesAhead)
+  e.activations += 2 * product(in) * static_cast<std::uint64_t>(std::max<std::int64_t>(rank_batch, 1)) * sizeof(float);
   for (std::size_t l = 0; l < model.layer_count(); ++l) {
     const core::Shape out = model.layer(l).output_shape(in);
     add_layer(model.layer(l), in, out, batch, e);

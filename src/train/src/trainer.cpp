@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "checkpoint_policy.hpp"
 #include "hpctrain/base/error.hpp"
@@ -172,6 +173,48 @@ std::int64_t count_total_steps(const TrainOptions& o, const io::EpochPlan& plan)
   return o.max_steps > 0 ? std::min(total, o.max_steps) : total;
 }
 
+/// The micro-batches' copies into the model's memory, one ahead: the next micro-batch's copy
+/// starts before this one's forward and backward are queued, on a stream of its own in a GPU
+/// build (DeviceBatch::start_load_rows), so it overlaps them. In a host build these are the same
+/// copies in the same order, one micro-batch earlier. Two buffers take turns.
+class BatchesAhead {
+ public:
+  explicit BatchesAhead(core::Shape sample_shape) : shape_(std::move(sample_shape)) {}
+
+  /// The next micro-batch: the one start_next() started, or `fetch()`'s, copied now.
+  template <class Fetch>
+  io::Batch take(const Fetch& fetch) {
+    std::optional<io::Batch> batch = std::exchange(ahead_, std::nullopt);
+    if (batch) {
+      current_ = 1 - current_;
+    } else {
+      batch = fetch();
+      start(current_, *batch);
+    }
+    buffers_[current_].wait();
+    return std::move(*batch);
+  }
+  /// take()'s micro-batch in the model's memory.
+  const DeviceBatch& current() const { return buffers_[current_]; }
+  /// Starts copying `fetch()`'s micro-batch, the one after current(), into the other buffer.
+  template <class Fetch>
+  void start_next(const Fetch& fetch) {
+    ahead_ = fetch();
+    start(1 - current_, *ahead_);
+  }
+
+ private:
+  void start(int buffer, const io::Batch& b) {
+    Kokkos::fence();  // the kernels that read this buffer's previous micro-batch have run
+    buffers_[buffer].start_load_rows(b, 0, b.count, shape_);
+  }
+
+  core::Shape shape_;
+  DeviceBatch buffers_[2];
+  int current_ = 0;
+  std::optional<io::Batch> ahead_;
+};
+
 /// The epochs and steps of one run, on parts built by run_training.
 struct TrainingLoop {
   const TrainOptions& o;
@@ -191,6 +234,7 @@ struct TrainingLoop {
   ThroughputMeter throughput;
   TimeTotals times;
   TrainResult result;
+  std::optional<BatchesAhead> ahead;  ///< the micro-batches' copies, per epoch
 
   void run(const ResumePoint& start) {
     if (o.evaluate_resumed && eval_reader && !start.path.empty() && start.epoch > 0 && start.next_batch == 0) {
@@ -199,6 +243,7 @@ struct TrainingLoop {
     for (std::int64_t epoch = start.epoch; epoch < o.epochs && step < schedule.total_steps; ++epoch) {
       std::int64_t batch = epoch == start.epoch ? start.next_batch : 0;
       io::Prefetcher prefetch(reader, plan, epoch, batch, prefetch_depth);
+      ahead.emplace(model.input_shape());
       while (batch < plan.batches_per_epoch() && step < schedule.total_steps) {
         batch = train_step(prefetch, epoch, batch);
         // A checkpoint reads every parameter (ZeRO's all-gather may still be in flight).
@@ -223,10 +268,15 @@ struct TrainingLoop {
     for (std::int64_t b = first; b < end; ++b) s.batch_sizes.push_back(plan.global_batch_size(b));
     const bool record = timeline.enabled() && step < o.timeline_steps;
     sync.begin_step(s);
+    const auto fetch = [&] { return next_batch(prefetch, epoch, record); };
     for (std::int64_t b = first; b < end; ++b) {
-      const io::Batch batch = next_batch(prefetch, epoch, record);
+      const io::Batch batch = ahead->take(fetch);
+      const DeviceBatch& device = ahead->current();
+      // The next micro-batch's copy overlaps this one's compute, unless this is the epoch's or the run's last.
+      if (b + 1 < plan.batches_per_epoch() && (b + 1 < end || step + 1 < schedule.total_steps)) ahead->start_next(fetch);
       const auto t_compute = Clock::now();
-      sync.accumulate(MicroBatch{batch, plan.rank_slice(b).offset, plan.rank_sample_position(epoch, b), record});
+      sync.accumulate(
+          MicroBatch{batch, plan.rank_slice(b).offset, plan.rank_sample_position(epoch, b), record, &device});
       times.compute_s += seconds(t_compute, Clock::now());
     }
     times.comm_exposed_s += sync.finish_step();
@@ -392,7 +442,7 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
 
   TrainingLoop loop{o, comm, train_source, in_memory ? 0 : o.prefetch_depth, eval_reader, *model, plan, *sync, *optimizer, schedule, timeline,
                     checkpoints, report, start.step, ThroughputMeter(start.step, o.warmup_steps_for_throughput),
-                    TimeTotals{}, TrainResult{}};
+                    TimeTotals{}, TrainResult{}, std::nullopt};
   loop.result.resumed_from = start.path;
   loop.result.epochs_completed = start.epoch;  // a resumed run counts the epochs before it
   const auto run_start = Clock::now();

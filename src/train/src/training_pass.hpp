@@ -9,12 +9,25 @@
 #include "hpctrain/core/loss.hpp"
 #include "hpctrain/models/sequential.hpp"
 #include "hpctrain/train/device_batch.hpp"
+#include "hpctrain/train/gradient_sync.hpp"
 
 namespace hpctrain::train {
 
 struct TrainingPass {
-  DeviceBatch input;
+  DeviceBatch input;            ///< what forward_loss reads: views of `loaded` or of the trainer's copy
+  DeviceBatch loaded;           ///< rows this pass copied from a host batch itself
   core::Tensor<float> dlogits;  ///< dL/dlogits after forward_loss: the input to backward
+
+  /// `input` := rows [first, first + rows) of the micro-batch: views of the trainer's copy when
+  /// it made one (MicroBatch::device), else copied from the host batch into `loaded`.
+  void take_rows(const MicroBatch& micro, std::size_t first, std::size_t rows, const core::Shape& sample_shape) {
+    if (micro.device != nullptr) {
+      input = micro.device->rows(static_cast<std::int64_t>(first), static_cast<std::int64_t>(rows));
+    } else {
+      loaded.load_rows(micro.batch, first, rows, sample_shape);
+      input = loaded;
+    }
+  }
 
   /// Forward in training mode with dropout drawn at (step, sample_position); returns the
   /// softmax cross-entropy summed over the loaded rows and divided by `loss_divisor` (the

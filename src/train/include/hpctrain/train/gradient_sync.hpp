@@ -31,6 +31,7 @@
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/io/prefetcher.hpp"
 #include "hpctrain/models/sequential.hpp"
+#include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/shard_layout.hpp"
 #include "hpctrain/train/timeline.hpp"
 
@@ -50,6 +51,9 @@ struct MicroBatch {
   std::int64_t offset_in_batch = 0;  ///< position of this rank's first sample in the global batch
   std::int64_t sample_position = 0;  ///< EpochPlan::sample_position of that sample (dropout stream)
   bool record = false;               ///< add compute spans to the timeline
+  /// `batch` already in the model's memory, all rows, its copy finished (the trainer copies the
+  /// next micro-batch while this one computes); null: the strategy copies `batch` itself.
+  const DeviceBatch* device = nullptr;
 };
 
 class GradientSync {
