@@ -1,8 +1,8 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/counter_rng.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 #include "hpctrain/models/layers.hpp"
 
-#include <algorithm>
 
 namespace hpctrain::models {
 
@@ -27,9 +27,8 @@ void in_leaves(std::int64_t leaf_rows, const Tensor<T>& x, const Apply& apply) {
     return;
   }
   const std::int64_t per_row = x.size() / rows;
-  for (std::int64_t first = 0; first < rows; first += leaf_rows) {
-    apply(first * per_row, std::min(leaf_rows, rows - first) * per_row);
-  }
+  core::for_each_leaf(leaf_rows, rows,
+                      [&](std::int64_t first, std::int64_t count) { apply(first * per_row, count * per_row); });
 }
 }  // namespace
 

@@ -272,12 +272,6 @@ void conv2d_backward(const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
 
 namespace {
 
-/// Leaves of `leaf_rows` rows over `rows` rows (the last may be shorter).
-std::int64_t leaf_count(std::int64_t rows, std::int64_t leaf_rows) {
-  HPCTRAIN_REQUIRE(leaf_rows > 0, "conv2d in leaves: " + std::to_string(leaf_rows) + " rows per leaf");
-  return (rows + leaf_rows - 1) / leaf_rows;
-}
-
 /// Leaf l's geometry: g with the leaf's rows.
 Conv2dGeometry leaf_geometry(const Conv2dGeometry& g, std::int64_t leaf_rows, std::int64_t l) {
   Conv2dGeometry leaf = g;
@@ -287,40 +281,85 @@ Conv2dGeometry leaf_geometry(const Conv2dGeometry& g, std::int64_t leaf_rows, st
 
 /// The threads the leaves run on side by side: the held kernel threads on the oneDNN path while
 /// deterministic training holds oneDNN at one thread (each leaf's oneDNN then runs on one
-/// thread, inside the team, as in a pass of its own); 1 (one after another) otherwise.
+/// thread, inside the team, as in a pass of its own), where there are two leaves or more; 1
+/// (one after another) otherwise.
 template <class T>
-int leaf_team() {
+int leaf_team([[maybe_unused]] std::int64_t leaves) {
 #if defined(HPCTRAIN_HAVE_ONEDNN) && defined(HPCTRAIN_HAVE_OPENMP)
   if constexpr (std::is_same_v<T, float>) {
-    if (conv_backend() == ConvBackend::onednn) return std::max(1, held_kernel_threads());
+    if (conv_backend() == ConvBackend::onednn && leaves > 1) return std::max(1, held_kernel_threads());
   }
 #endif
   return 1;
 }
 
-/// body(l) 0 .. leaves-1 on `team` threads, one leaf per thread at a time (team > 1,
-/// OpenMP builds). The bodies touch raw pointers only: Kokkos' reference counts are not made
-/// for other threads. A leaf's exception is rethrown here once every leaf has ended.
+/// body(l) for leaves 0 .. leaves-1 on `team` threads, one leaf per thread at a time (team > 1
+/// only where leaf_team() says so: OpenMP builds). The bodies touch raw pointers only: Kokkos'
+/// reference counts are not made for other threads. A leaf's exception is rethrown here once
+/// every leaf has ended.
 template <class Body>
-void leaves_on_team(std::int64_t leaves, int team, const Body& body) {
-#if defined(HPCTRAIN_HAVE_OPENMP)
+void leaves_on_team(std::int64_t leaves, [[maybe_unused]] int team, const Body& body) {
   ExecSpace().fence();
   std::exception_ptr error;
+#if defined(HPCTRAIN_HAVE_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+#endif
   for (std::int64_t l = 0; l < leaves; ++l) {
     try {
       body(l);
     } catch (...) {
+#if defined(HPCTRAIN_HAVE_OPENMP)
 #pragma omp critical(hpctrain_conv_leaves)
+#endif
       if (!error) error = std::current_exception();
     }
   }
   if (error) std::rethrow_exception(error);
-#else
-  (void)team;
-  for (std::int64_t l = 0; l < leaves; ++l) body(l);
-#endif
 }
+
+/// The oneDNN calls of conv2d_forward_in_leaves / conv2d_backward_in_leaves on `team` threads
+/// (float, builds with oneDNN: where leaf_team() > 1).
+struct OnednnLeaves {
+  const Conv2dGeometry& g;
+  std::int64_t leaf_rows, leaves, in_row, out_row;
+  int team;
+
+  template <class T>
+  void forward(const T* x, const T* w, const T* b, Conv2dLeaves<T>& ws, T* y) const {
+#ifdef HPCTRAIN_HAVE_ONEDNN
+    if constexpr (std::is_same_v<T, float>) {
+      leaves_on_team(leaves, team, [&](std::int64_t l) {
+        Conv2dWorkspace<T>& leaf = ws.leaf[static_cast<std::size_t>(l)];
+        onednn::conv2d_forward(leaf_geometry(g, leaf_rows, l), x + l * leaf_rows * in_row, w, b, leaf.onednn,
+                               y + l * leaf_rows * out_row);
+        leaf.forward_backend = ConvBackend::onednn;
+      });
+      return;
+    }
+#endif
+    HPCTRAIN_FAIL("conv2d in leaves: side by side only on oneDNN (float)");
+  }
+
+  /// Leaf l's weight gradient into grads + l * per_leaf, its bias gradient after it.
+  template <class T>
+  void backward(const T* w, const T* dy, Conv2dLeaves<T>& ws, T* grads, std::int64_t per_leaf, T* dx) const {
+#ifdef HPCTRAIN_HAVE_ONEDNN
+    if constexpr (std::is_same_v<T, float>) {
+      const std::int64_t nw = per_leaf - g.out_channels;
+      leaves_on_team(leaves, team, [&](std::int64_t l) {
+        Conv2dWorkspace<T>& leaf = ws.leaf[static_cast<std::size_t>(l)];
+        HPCTRAIN_REQUIRE(leaf.forward_backend == ConvBackend::onednn && leaf.onednn,
+                         "conv2d_backward_in_leaves: leaf " + std::to_string(l) + " had no oneDNN forward");
+        T* const gl = grads + l * per_leaf;
+        onednn::conv2d_backward(leaf_geometry(g, leaf_rows, l), w, dy + l * leaf_rows * out_row, *leaf.onednn, gl,
+                                gl + nw, dx != nullptr ? dx + l * leaf_rows * in_row : nullptr);
+      });
+      return;
+    }
+#endif
+    HPCTRAIN_FAIL("conv2d in leaves: side by side only on oneDNN (float)");
+  }
+};
 
 }  // namespace
 
@@ -328,40 +367,31 @@ template <class T>
 void conv2d_forward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, const Vec<T>& x, const Vec<T>& w,
                               const Vec<T>& b, Conv2dLeaves<T>& ws, const Vec<T>& y) {
   g.validate();
+  HPCTRAIN_REQUIRE(leaf_rows > 0, "conv2d in leaves: " + std::to_string(leaf_rows) + " rows per leaf");
   const std::int64_t leaves = leaf_count(g.batch, leaf_rows);
   const std::int64_t in_row = g.in_channels * g.height * g.width;
   const std::int64_t out_row = g.out_channels * g.out_height() * g.out_width();
   require_size(x, g.batch * in_row, "conv2d input");
   require_size(y, g.batch * out_row, "conv2d output");
+  require_size(w, g.out_channels * g.col_rows(), "conv2d weight");
+  require_size(b, g.out_channels, "conv2d bias");
   if (static_cast<std::int64_t>(ws.leaf.size()) < leaves) ws.leaf.resize(static_cast<std::size_t>(leaves));
-#ifdef HPCTRAIN_HAVE_ONEDNN
-  if constexpr (std::is_same_v<T, float>) {
-    if (const int team = leaf_team<T>(); team > 1 && leaves > 1) {
-      require_size(w, g.out_channels * g.col_rows(), "conv2d weight");
-      require_size(b, g.out_channels, "conv2d bias");
-      const float *xp = x.data(), *wp = w.data(), *bp = b.data();
-      float* yp = y.data();
-      leaves_on_team(leaves, team, [&](std::int64_t l) {
-        Conv2dWorkspace<T>& leaf = ws.leaf[static_cast<std::size_t>(l)];
-        onednn::conv2d_forward(leaf_geometry(g, leaf_rows, l), xp + l * leaf_rows * in_row, wp, bp, leaf.onednn,
-                               yp + l * leaf_rows * out_row);
-        leaf.forward_backend = ConvBackend::onednn;
-      });
-      return;
-    }
+  if (const int team = leaf_team<T>(leaves); team > 1) {
+    OnednnLeaves{g, leaf_rows, leaves, in_row, out_row, team}.forward(x.data(), w.data(), b.data(), ws, y.data());
+    return;
   }
-#endif
-  for (std::int64_t l = 0; l < leaves; ++l) {
-    const Conv2dGeometry lg = leaf_geometry(g, leaf_rows, l);
-    conv2d_forward(lg, slice(x, l * leaf_rows * in_row, lg.batch * in_row), w, b, ws.leaf[static_cast<std::size_t>(l)],
-                   slice(y, l * leaf_rows * out_row, lg.batch * out_row));
-  }
+  for_each_leaf(leaf_rows, g.batch, [&](std::int64_t first, std::int64_t rows) {
+    const Conv2dGeometry lg = leaf_geometry(g, leaf_rows, first / leaf_rows);
+    conv2d_forward(lg, slice(x, first * in_row, rows * in_row), w, b, ws.leaf[static_cast<std::size_t>(first / leaf_rows)],
+                   slice(y, first * out_row, rows * out_row));
+  });
 }
 
 template <class T>
 void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, const Vec<T>& w, const Vec<T>& dy,
                                Conv2dLeaves<T>& ws, const Vec<T>& dw, const Vec<T>& db, const Vec<T>& dx) {
   g.validate();
+  HPCTRAIN_REQUIRE(leaf_rows > 0, "conv2d in leaves: " + std::to_string(leaf_rows) + " rows per leaf");
   const std::int64_t leaves = leaf_count(g.batch, leaf_rows);
   const std::int64_t in_row = g.in_channels * g.height * g.width;
   const std::int64_t out_row = g.out_channels * g.out_height() * g.out_width();
@@ -376,30 +406,17 @@ void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, 
   grow(ws.grads, "hpctrain::conv2d::leaf_grads", leaves * per_leaf);
   const auto leaf_grads = [&](std::int64_t l) { return slice(ws.grads, l * per_leaf, per_leaf); };
   set_zero(slice(ws.grads, 0, leaves * per_leaf));  // each leaf's gradient is added into zeros
-  bool done = false;
-#ifdef HPCTRAIN_HAVE_ONEDNN
-  if constexpr (std::is_same_v<T, float>) {
-    if (const int team = leaf_team<T>(); team > 1 && leaves > 1) {
-      const float *wp = w.data(), *dyp = dy.data();
-      float *gp = ws.grads.data(), *dxp = input_grad ? dx.data() : nullptr;
-      leaves_on_team(leaves, team, [&](std::int64_t l) {
-        Conv2dWorkspace<T>& leaf = ws.leaf[static_cast<std::size_t>(l)];
-        HPCTRAIN_REQUIRE(leaf.forward_backend == ConvBackend::onednn && leaf.onednn,
-                         "conv2d_backward_in_leaves: leaf " + std::to_string(l) + " had no oneDNN forward");
-        float* grads = gp + l * per_leaf;
-        onednn::conv2d_backward(leaf_geometry(g, leaf_rows, l), wp, dyp + l * leaf_rows * out_row, *leaf.onednn, grads,
-                                grads + nw, dxp ? dxp + l * leaf_rows * in_row : nullptr);
-      });
-      done = true;
-    }
-  }
-#endif
-  for (std::int64_t l = 0; l < leaves && !done; ++l) {
-    const Conv2dGeometry lg = leaf_geometry(g, leaf_rows, l);
-    const Vec<T> grads = leaf_grads(l);
-    conv2d_backward(lg, w, slice(dy, l * leaf_rows * out_row, lg.batch * out_row), ws.leaf[static_cast<std::size_t>(l)],
-                    slice(grads, 0, nw), slice(grads, nw, g.out_channels),
-                    input_grad ? slice(dx, l * leaf_rows * in_row, lg.batch * in_row) : Vec<T>());
+  if (const int team = leaf_team<T>(leaves); team > 1) {
+    OnednnLeaves{g, leaf_rows, leaves, in_row, out_row, team}.backward(w.data(), dy.data(), ws, ws.grads.data(),
+                                                                        per_leaf, input_grad ? dx.data() : nullptr);
+  } else {
+    for_each_leaf(leaf_rows, g.batch, [&](std::int64_t first, std::int64_t rows) {
+      const std::int64_t l = first / leaf_rows;
+      const Vec<T> grads = leaf_grads(l);
+      conv2d_backward(leaf_geometry(g, leaf_rows, l), w, slice(dy, first * out_row, rows * out_row),
+                      ws.leaf[static_cast<std::size_t>(l)], slice(grads, 0, nw), slice(grads, nw, g.out_channels),
+                      input_grad ? slice(dx, first * in_row, rows * in_row) : Vec<T>());
+    });
   }
   // The leaves' gradients over the tree, in place: slot s holds the node whose leftmost leaf's
   // buffer it names.

@@ -275,12 +275,6 @@ Matrix<T> row_range(const Matrix<T>& x, std::int64_t first, std::int64_t count) 
   return Matrix<T>(x.data() + first * cols, static_cast<std::size_t>(count), static_cast<std::size_t>(cols));
 }
 
-/// leaf(first, rows) for every leaf of leaf_rows rows of `rows`, in order.
-template <class Leaf>
-void for_each_leaf(std::int64_t leaf_rows, std::int64_t rows, const Leaf& leaf) {
-  for (std::int64_t first = 0; first < rows; first += leaf_rows) leaf(first, std::min(leaf_rows, rows - first));
-}
-
 void require_leaves(const char* what, std::int64_t leaf_rows, std::int64_t a_rows, std::int64_t c_rows) {
   HPCTRAIN_REQUIRE(leaf_rows >= 1, std::string(what) + ": " + std::to_string(leaf_rows) + " rows per leaf");
   HPCTRAIN_REQUIRE(a_rows == c_rows, std::string(what) + ": " + std::to_string(a_rows) + " input rows for " +

@@ -52,11 +52,14 @@ void DeviceBatch::start_load_rows(const io::Batch& b, std::size_t first, std::si
     core::reserve_staging(staged_x_, values);
     core::reserve_staging(staged_labels_, rows);
     float* const staged = staged_x_.data();
-    const auto bytes = static_cast<std::size_t>(width) * sizeof(float);
-    for (std::size_t k = 0; k < rows; ++k) {
-      const float* row = b.resident != nullptr ? b.resident + b.sample_indices[first + k] * width
-                                               : b.samples.data() + (first + k) * static_cast<std::size_t>(width);
-      std::memcpy(staged + k * static_cast<std::size_t>(width), row, bytes);
+    if (b.resident != nullptr) {  // gathered row by row from the data set in memory
+      const auto bytes = static_cast<std::size_t>(width) * sizeof(float);
+      for (std::size_t k = 0; k < rows; ++k) {
+        std::memcpy(staged + k * static_cast<std::size_t>(width), b.resident + b.sample_indices[first + k] * width,
+                    bytes);
+      }
+    } else {
+      std::memcpy(staged, b.samples.data() + first * static_cast<std::size_t>(width), values * sizeof(float));
     }
     std::memcpy(staged_labels_.data(), b.labels.data() + first, rows * sizeof(std::int32_t));
     Kokkos::deep_copy(copy_->space(), x.data, Kokkos::subview(staged_x_, std::make_pair(std::size_t{0}, values)));

@@ -7,12 +7,24 @@
 /// (gemm_tn_leaf_tree, column_sums_leaf_tree) use this to give every node's bits as the tree of
 /// its micro-shards' separate sums, whatever the pass's row count.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "hpctrain/base/error.hpp"
 
 namespace hpctrain::core {
+
+/// Leaves of `leaf_rows` rows over `rows` rows, the last possibly shorter (leaf_rows >= 1).
+constexpr std::int64_t leaf_count(std::int64_t rows, std::int64_t leaf_rows) {
+  return (rows + leaf_rows - 1) / leaf_rows;
+}
+
+/// leaf(first, count) for each leaf of `leaf_rows` rows over `rows` rows, in order.
+template <class Leaf>
+void for_each_leaf(std::int64_t leaf_rows, std::int64_t rows, const Leaf& leaf) {
+  for (std::int64_t first = 0; first < rows; first += leaf_rows) leaf(first, std::min(leaf_rows, rows - first));
+}
 
 /// The most stack entries leaf_tree_sum() uses for `leaves` leaves (the slots it asks for are
 /// 0 .. leaf_tree_depth(leaves) - 1): ceil(lg leaves) + 1.
