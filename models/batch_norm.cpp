@@ -1,24 +1,21 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/models/blocks.hpp"
 
+#include "hpctrain/core/leaf_tree.hpp"
+
 #include <algorithm>
 #include <cmath>
 
 namespace hpctrain::models {
 
 namespace {
-using Doubles = Kokkos::View<double*, core::MemSpace>;
 // Parameter slots, in spec order.
 constexpr std::size_t kGamma = 0, kBeta = 1, kRunningMean = 2, kRunningVar = 3, kTracked = 4;
 }  // namespace
 
 template <class T>
 BatchNorm2D<T>::BatchNorm2D(std::int64_t channels, double momentum, double eps, bool relu)
-    : channels_(channels), momentum_(momentum), eps_(eps), relu_(relu),
-      moments_("hpctrain::batchnorm::moments", static_cast<std::size_t>(2 * channels)),
-      mean_("hpctrain::batchnorm::mean", static_cast<std::size_t>(channels)),
-      rstd_("hpctrain::batchnorm::rstd", static_cast<std::size_t>(channels)),
-      sums_("hpctrain::batchnorm::sums", static_cast<std::size_t>(2 * channels)) {
+    : channels_(channels), momentum_(momentum), eps_(eps), relu_(relu) {
   HPCTRAIN_REQUIRE(channels > 0, "batchnorm2d: channels must be positive");
   HPCTRAIN_REQUIRE(momentum > 0 && momentum <= 1, "batchnorm2d: momentum must be in (0, 1]");
   HPCTRAIN_REQUIRE(eps > 0, "batchnorm2d: eps must be positive");
@@ -51,24 +48,43 @@ core::ChannelGeometry BatchNorm2D<T>::geometry(const Tensor<T>& x) const {
 }
 
 template <class T>
-void BatchNorm2D<T>::batch_statistics(const Tensor<T>& x) {
+typename BatchNorm2D<T>::Doubles BatchNorm2D<T>::leaf_part(const Doubles& v, std::int64_t l, std::int64_t per_leaf) {
+  return Kokkos::subview(v, std::make_pair(l * per_leaf, (l + 1) * per_leaf));
+}
+
+template <class T>
+core::ChannelGeometry BatchNorm2D<T>::leaf_geometry(std::int64_t l) const {
+  return {std::min(leaf_rows_, g_.batch - l * leaf_rows_), g_.channels, g_.spatial};
+}
+
+template <class T>
+core::Vec<T> BatchNorm2D<T>::leaf_rows(const core::Vec<T>& v, std::int64_t l) const {
+  if (leaves_ == 1) return v;
+  const std::int64_t row = g_.channels * g_.spatial, first = l * leaf_rows_ * row;
+  return Kokkos::subview(v, std::make_pair(first, first + leaf_geometry(l).batch * row));
+}
+
+template <class T>
+void BatchNorm2D<T>::batch_statistics(const Tensor<T>& x, std::int64_t l) {
   const auto c = static_cast<std::size_t>(channels_);
-  core::channel_moments(g_, x.data, this->param(kRunningMean).data, moments_);
+  const core::ChannelGeometry g = leaf_geometry(l);
+  const Doubles moments = leaf_part(moments_, l, 2 * channels_);
+  core::channel_moments(g, leaf_rows(x.data, l), this->param(kRunningMean).data, moments);
   // This rank's shifted sums and element count; moments_ keeps the local sums for backward.
-  std::vector<double> total = core::to_host(core::Vec<double>(moments_));
-  total.push_back(static_cast<double>(g_.batch * g_.spatial));
+  std::vector<double> total = core::to_host(core::Vec<double>(moments));
+  total.push_back(static_cast<double>(g.batch * g.spatial));
   if (reducer_) reducer_(total.data(), total.size());
-  stat_count_ = total[2 * c];
+  const double count = stat_counts_[static_cast<std::size_t>(l)] = total[2 * c];
   const std::vector<T> shift = core::to_host(this->param(kRunningMean).data);
   std::vector<double> mean(c), rstd(c);
   for (std::size_t i = 0; i < c; ++i) {
-    const double offset = stat_count_ > 0 ? total[i] / stat_count_ : 0.0;
-    const double var = stat_count_ > 0 ? std::max(0.0, total[c + i] / stat_count_ - offset * offset) : 0.0;
+    const double offset = count > 0 ? total[i] / count : 0.0;
+    const double var = count > 0 ? std::max(0.0, total[c + i] / count - offset * offset) : 0.0;
     mean[i] = static_cast<double>(shift[i]) + offset;
     rstd[i] = 1.0 / std::sqrt(var + eps_);
   }
-  core::from_host(core::Vec<double>(mean_), mean);
-  core::from_host(core::Vec<double>(rstd_), rstd);
+  core::from_host(core::Vec<double>(leaf_part(mean_, l, channels_)), mean);
+  core::from_host(core::Vec<double>(leaf_part(rstd_, l, channels_)), rstd);
 }
 
 template <class T>
@@ -77,59 +93,123 @@ void BatchNorm2D<T>::running_statistics() {
   const std::vector<T> var = core::to_host(this->param(kRunningVar).data);
   std::vector<double> m(mean.begin(), mean.end()), r(var.size());
   for (std::size_t i = 0; i < var.size(); ++i) r[i] = 1.0 / std::sqrt(static_cast<double>(var[i]) + eps_);
-  core::from_host(core::Vec<double>(mean_), m);
-  core::from_host(core::Vec<double>(rstd_), r);
-  stat_count_ = 0;
+  core::from_host(core::Vec<double>(leaf_part(mean_, 0, channels_)), m);
+  core::from_host(core::Vec<double>(leaf_part(rstd_, 0, channels_)), r);
+  stat_counts_.assign(1, 0.0);
 }
 
 template <class T>
 Tensor<T> BatchNorm2D<T>::forward(const Tensor<T>& x, bool train) {
   g_ = geometry(x);
   train_ = train;
+  // Leaves in training only: evaluation normalises every row with the running statistics.
+  const std::int64_t leaf = train ? this->gradient_leaf_rows() : 0;
+  leaf_rows_ = leaf > 0 && leaf < g_.batch ? leaf : std::max<std::int64_t>(g_.batch, 1);
+  leaves_ = core::leaf_count(std::max<std::int64_t>(g_.batch, 1), leaf_rows_);
+  HPCTRAIN_REQUIRE(leaves_ == 1 || !reducer_, "batchnorm2d: synchronised statistics cannot run in leaves");
+  const auto per_leaf = [&](Doubles& v, std::int64_t n, const char* label) {
+    if (static_cast<std::int64_t>(v.extent(0)) != leaves_ * n) v = Doubles(std::string(label), static_cast<std::size_t>(leaves_ * n));
+  };
+  per_leaf(moments_, 2 * channels_, "hpctrain::batchnorm::moments");
+  per_leaf(mean_, channels_, "hpctrain::batchnorm::mean");
+  per_leaf(rstd_, channels_, "hpctrain::batchnorm::rstd");
+  per_leaf(sums_, 2 * channels_, "hpctrain::batchnorm::sums");
+  stat_counts_.assign(static_cast<std::size_t>(leaves_), 0.0);
   core::ensure_shape(xhat_, "hpctrain::batchnorm::xhat", x.shape);
   core::ensure_shape(y_, "hpctrain::batchnorm::y", x.shape);
-  if (train) {
-    batch_statistics(x);
-  } else {
-    running_statistics();
+  if (!train) running_statistics();
+  for (std::int64_t l = 0; l < leaves_; ++l) {
+    if (train) batch_statistics(x, l);
+    core::batch_norm_forward(leaf_geometry(l), leaf_rows(x.data, l), leaf_part(mean_, l, channels_),
+                             leaf_part(rstd_, l, channels_), this->param(kGamma).data, this->param(kBeta).data,
+                             relu_, leaf_rows(xhat_.data, l), leaf_rows(y_.data, l));
   }
-  core::batch_norm_forward(g_, x.data, mean_, rstd_, this->param(kGamma).data, this->param(kBeta).data, relu_,
-                           xhat_.data, y_.data);
   return y_;
+}
+
+template <class T>
+void BatchNorm2D<T>::accumulate_gradients() {
+  const std::int64_t c = channels_;
+  const core::Vec<T> dgamma = this->grad(kGamma).data, dbeta = this->grad(kBeta).data;
+  const core::Vec<T> dmean = this->grad(kRunningMean).data, dvar = this->grad(kRunningVar).data;
+  const core::Vec<T> tracked = this->grad(kTracked).data;
+  const bool train = train_;
+  if (leaves_ == 1) {
+    const Doubles sums = sums_, moments = moments_;
+    const auto count = static_cast<T>(g_.batch * g_.spatial);
+    Kokkos::parallel_for(
+        "hpctrain::batchnorm::accumulate", Kokkos::RangePolicy<core::ExecSpace>(0, c),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          dgamma(i) += static_cast<T>(sums(c + i));
+          dbeta(i) += static_cast<T>(sums(i));
+          if (train) {
+            dmean(i) += static_cast<T>(moments(i));
+            dvar(i) += static_cast<T>(moments(c + i));
+            if (i == 0) tracked(0) += count;
+          }
+        });
+    return;
+  }
+  // Leaves run in training only. Leaf l's terms, as a pass of it alone adds them into zeroed
+  // gradients: [dgamma | dbeta | dmean | dvar | count], each T(0) + its value (so never -0).
+  const auto cs = static_cast<std::size_t>(c), width = 4 * cs + 1;
+  const std::vector<double> sums = core::to_host(core::Vec<double>(sums_));
+  const std::vector<double> moments = core::to_host(core::Vec<double>(moments_));
+  std::vector<std::vector<T>> slots(static_cast<std::size_t>(core::leaf_tree_depth(leaves_)), std::vector<T>(width));
+  core::leaf_tree_sum(
+      leaves_,
+      [&](std::int64_t l, int slot) {
+        std::vector<T>& s = slots[static_cast<std::size_t>(slot)];
+        const std::size_t o = static_cast<std::size_t>(l) * 2 * cs;
+        for (std::size_t i = 0; i < cs; ++i) {
+          s[i] = T(0) + static_cast<T>(sums[o + cs + i]);
+          s[cs + i] = T(0) + static_cast<T>(sums[o + i]);
+          s[2 * cs + i] = T(0) + static_cast<T>(moments[o + i]);
+          s[3 * cs + i] = T(0) + static_cast<T>(moments[o + cs + i]);
+        }
+        const core::ChannelGeometry g = leaf_geometry(l);
+        s[4 * cs] = T(0) + static_cast<T>(g.batch * g.spatial);
+      },
+      [&](int dst, int src) {
+        std::vector<T>& d = slots[static_cast<std::size_t>(dst)];
+        const std::vector<T>& r = slots[static_cast<std::size_t>(src)];
+        for (std::size_t i = 0; i < width; ++i) d[i] += r[i];
+      });
+  const core::Vec<T> tree("hpctrain::batchnorm::leaf_tree", width);
+  core::from_host(tree, slots[0]);
+  Kokkos::parallel_for(
+      "hpctrain::batchnorm::accumulate_leaves", Kokkos::RangePolicy<core::ExecSpace>(0, c),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        dgamma(i) += tree(i);
+        dbeta(i) += tree(c + i);
+        dmean(i) += tree(2 * c + i);
+        dvar(i) += tree(3 * c + i);
+        if (i == 0) tracked(0) += tree(4 * c);
+      });
 }
 
 template <class T>
 Tensor<T> BatchNorm2D<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   HPCTRAIN_REQUIRE(dy.size() == g_.size(), "batchnorm2d: output gradient shape " +
                                                core::shape_string(dy.shape) + " does not match");
-  core::batch_norm_backward_sums(g_, dy.data, xhat_.data, relu_, y_.data, sums_);
-  const std::int64_t c = channels_;
-  const Doubles sums = sums_, moments = moments_;
-  const core::Vec<T> dgamma = this->grad(kGamma).data, dbeta = this->grad(kBeta).data;
-  const core::Vec<T> dmean = this->grad(kRunningMean).data, dvar = this->grad(kRunningVar).data;
-  const core::Vec<T> tracked = this->grad(kTracked).data;
-  const auto count = static_cast<T>(g_.batch * g_.spatial);
-  const bool train = train_;
-  Kokkos::parallel_for(
-      "hpctrain::batchnorm::accumulate", Kokkos::RangePolicy<core::ExecSpace>(0, c),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        dgamma(i) += static_cast<T>(sums(c + i));
-        dbeta(i) += static_cast<T>(sums(i));
-        if (train) {
-          dmean(i) += static_cast<T>(moments(i));
-          dvar(i) += static_cast<T>(moments(c + i));
-          if (i == 0) tracked(0) += count;
-        }
-      });
-  if (reducer_ && train) {
+  for (std::int64_t l = 0; l < leaves_; ++l) {
+    core::batch_norm_backward_sums(leaf_geometry(l), leaf_rows(dy.data, l), leaf_rows(xhat_.data, l), relu_,
+                                   leaf_rows(y_.data, l), leaf_part(sums_, l, 2 * channels_));
+  }
+  accumulate_gradients();
+  if (reducer_ && train_) {
     std::vector<double> total = core::to_host(core::Vec<double>(sums_));
     reducer_(total.data(), total.size());
     core::from_host(core::Vec<double>(sums_), total);
   }
   if (!need_input_grad) return {};
   core::ensure_shape(dx_, "hpctrain::batchnorm::dx", xhat_.shape);
-  core::batch_norm_backward_input(g_, dy.data, xhat_.data, relu_, y_.data, this->param(kGamma).data, rstd_,
-                                  sums_, train ? stat_count_ : 0.0, dx_.data);
+  for (std::int64_t l = 0; l < leaves_; ++l) {
+    core::batch_norm_backward_input(leaf_geometry(l), leaf_rows(dy.data, l), leaf_rows(xhat_.data, l), relu_,
+                                    leaf_rows(y_.data, l), this->param(kGamma).data, leaf_part(rstd_, l, channels_),
+                                    leaf_part(sums_, l, 2 * channels_),
+                                    train_ ? stat_counts_[static_cast<std::size_t>(l)] : 0.0, leaf_rows(dx_.data, l));
+  }
   return dx_;
 }
 

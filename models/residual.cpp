@@ -2,6 +2,8 @@
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/models/blocks.hpp"
 
+#include <algorithm>
+
 namespace hpctrain::models {
 
 namespace {
@@ -77,6 +79,20 @@ template <class T>
 void Residual<T>::unbind_gradients() {
   Layer<T>::unbind_gradients();
   for (Layer<T>* part : parts()) part->unbind_gradients();
+}
+
+template <class T>
+bool Residual<T>::supports_gradient_leaves() const {
+  const std::vector<Layer<T>*> all = parts();
+  return std::all_of(all.begin(), all.end(), [](const Layer<T>* part) { return part->supports_gradient_leaves(); });
+}
+
+template <class T>
+void Residual<T>::set_gradient_leaves(std::int64_t rows) {
+  HPCTRAIN_REQUIRE(rows == 0 || supports_gradient_leaves(),
+                   "residual: a part cannot sum its gradients over leaves");
+  Layer<T>::set_gradient_leaves(rows);
+  for (Layer<T>* part : parts()) part->set_gradient_leaves(rows);
 }
 
 template <class T>

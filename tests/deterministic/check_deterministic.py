@@ -173,12 +173,12 @@ def main():
         if "3 micro-shards per global batch: 1 of the 4 ranks hold none" not in wide4["out"]:
             failures.append("np 4 at micro-shard 32: no idle-rank note:\n" + wide4["out"])
 
-    # The MLP and the CNN run grouped passes (a pass per aligned node of a rank's micro-shards,
-    # the gradients summed over the micro-shard leaves in the kernels; the CNN's convolutions run
-    # their leaves side by side on the rank's threads); a pass per micro-shard must give the same
-    # bytes. The ResNet (batch norm) and the transformer have layers without leaf rows and run a
-    # pass per micro-shard either way.
-    grouped = a.model in ("mlp", "cnn")
+    # The MLP, the CNN and the ResNet run grouped passes (a pass per aligned node of a rank's
+    # micro-shards, the gradients summed over the micro-shard leaves in the kernels; the
+    # convolutions run their leaves side by side on the rank's threads; batch norm normalises
+    # each leaf with its own statistics); a pass per micro-shard must give the same bytes. The
+    # transformer has layers without leaf rows and runs a pass per micro-shard either way.
+    grouped = a.model in ("mlp", "cnn", "resnet")
     if grouped:
         passes = train_run("passes-ms-np3", 3, [], extra_env={"HPCTRAIN_DETERMINISTIC_PASSES": "micro-shard"})
         if not same(passes, runs[1]):
@@ -196,8 +196,8 @@ def main():
         failures.append("np 1 with 2 threads per rank differs from np 1 with 1")
     if "oneDNN: 1, thread-count-independent kernels: 2" not in two["out"]:
         failures.append("2 threads per rank: the start-up line does not give the kernels' threads:\n" + two["out"])
-    # Models with layers on the held oneDNN (not grouped passes: resnet, transformer) say that
-    # one rank per core is faster; the MLP and the CNN (grouped passes on the rank's threads) do not.
+    # Models with layers on the held oneDNN (not grouped passes: the transformer) say that one
+    # rank per core is faster; the others (grouped passes on the rank's threads) do not.
     idle_threads = "leave 1 idle there; one rank per core"
     if (idle_threads in two["out"]) == grouped:
         failures.append("2 threads per rank: the one-rank-per-core note is %s for %s:\n%s" %

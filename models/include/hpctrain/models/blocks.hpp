@@ -33,6 +33,11 @@ namespace hpctrain::models {
 ///
 /// With `relu` the layer is batch norm followed by ReLU, in one pass each way (the same values
 /// as a separate ActivationLayer after it, bit for bit).
+///
+/// Leaf rows L (deterministic training's grouped passes, training only): every leaf of L samples
+/// is normalised with its own statistics, as a pass of that leaf alone would be, and each
+/// leaf's gradient terms (gamma, beta and the state's moments and count), taken into zeros as
+/// such a pass writes them, are added over core/leaf_tree.hpp's tree.
 template <class T>
 class BatchNorm2D final : public Layer<T> {
  public:
@@ -45,12 +50,23 @@ class BatchNorm2D final : public Layer<T> {
   void update_state() override;
   void set_stat_reducer(const StatReducer& reducer) override { reducer_ = reducer; }
   void skip_stat_reductions(bool backward) override;
+  /// Without synchronised statistics (which deterministic training refuses).
+  bool supports_gradient_leaves() const override { return !reducer_; }
 
  private:
+  using Doubles = Kokkos::View<double*, core::MemSpace>;
+  /// Leaf l's part of a per-leaf buffer of `per_leaf` values each.
+  static Doubles leaf_part(const Doubles& v, std::int64_t l, std::int64_t per_leaf);
+  /// Leaf l's rows of an [N, C, H, W] tensor's data, and their geometry.
+  core::Vec<T> leaf_rows(const core::Vec<T>& v, std::int64_t l) const;
+  core::ChannelGeometry leaf_geometry(std::int64_t l) const;
   core::ChannelGeometry geometry(const Tensor<T>& x) const;
-  /// Batch mean and rstd from this rank's moments (reduced over the ranks with a reducer).
-  void batch_statistics(const Tensor<T>& x);
+  /// Leaf l's batch mean and rstd from this rank's moments (reduced over the ranks with a reducer).
+  void batch_statistics(const Tensor<T>& x, std::int64_t l);
   void running_statistics();
+  /// The parameter gradients from the backward sums: added as they are (one leaf), or each
+  /// leaf's terms into zeros, then over the leaf tree, then added.
+  void accumulate_gradients();
 
   std::int64_t channels_;
   double momentum_, eps_;
@@ -58,8 +74,9 @@ class BatchNorm2D final : public Layer<T> {
   StatReducer reducer_;
   core::ChannelGeometry g_;
   bool train_ = false;
-  double stat_count_ = 0;  ///< elements per channel behind mean_/rstd_ (global with a reducer)
-  Kokkos::View<double*, core::MemSpace> moments_, mean_, rstd_, sums_;
+  std::int64_t leaf_rows_ = 0, leaves_ = 1;  ///< the last forward's leaves (one: all rows)
+  std::vector<double> stat_counts_;  ///< per leaf: elements per channel behind mean_/rstd_ (global with a reducer)
+  Doubles moments_, mean_, rstd_, sums_;  ///< per leaf: [2C], [C], [C], [2C]
   Tensor<T> xhat_, y_, dx_;
 };
 
@@ -71,6 +88,8 @@ class GlobalAvgPool2D final : public Layer<T> {
   Shape output_shape(const Shape& input_sample_shape) const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  /// Each output row is its own sample's channel means: leaf rows need nothing more.
+  bool supports_gradient_leaves() const override { return true; }
 
  private:
   core::ChannelGeometry g_;
@@ -101,6 +120,9 @@ class Residual final : public Layer<T> {
   void set_stat_reducer(const StatReducer& reducer) override;
   void skip_stat_reductions(bool backward) override;
   void unbind_gradients() override;
+  /// Leaf rows where every part has them; the sum and its ReLU are row-wise.
+  bool supports_gradient_leaves() const override;
+  void set_gradient_leaves(std::int64_t rows) override;
 
  protected:
   void on_bound() override;

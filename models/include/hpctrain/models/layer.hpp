@@ -81,10 +81,12 @@ class Layer {
   /// input gradient the bits they have in L-row batches, and the parameter gradients (written, as
   /// after set_write_gradients) the bits of the batch's L-row leaves' separate gradients added
   /// over core/leaf_tree.hpp's pairwise tree. Row-wise layers without parameters (ReLU, flatten,
-  /// dropout) are so at any L; a layer that mixes rows (batch norm) or has no such kernels is not.
+  /// dropout) are so at any L; batch norm normalises each leaf with its own statistics (as a pass
+  /// of that leaf alone); a layer without such kernels is not.
   virtual bool supports_gradient_leaves() const { return false; }
   /// Sets L (0: off, the default; the layer then sums over all rows as it always has).
-  void set_gradient_leaves(std::int64_t rows) { leaf_rows_ = rows; }
+  /// Composite layers (Residual) hand it on to their parts.
+  virtual void set_gradient_leaves(std::int64_t rows) { leaf_rows_ = rows; }
 
   /// Called by the model: views for the parameters and gradients, in spec order (again when
   /// the model binds the gradients elsewhere: Sequential::redirect_gradients).
