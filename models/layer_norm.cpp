@@ -3,6 +3,8 @@
 #include "hpctrain/core/layer_norm.hpp"
 #include "hpctrain/models/transformer_layers.hpp"
 
+#include <algorithm>
+
 namespace hpctrain::models {
 
 template <class T>
@@ -46,12 +48,20 @@ Tensor<T> LayerNorm<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   const std::int64_t rows = x_.size() / dim_;
   HPCTRAIN_REQUIRE(dy.size() == x_.size(), "layer_norm: output gradient shape " +
                                                core::shape_string(dy.shape) + " does not match");
-  const auto partial_size = static_cast<std::size_t>(core::layer_norm_partial_rows(rows) * 2 * dim_);
+  // Leaf rows are in samples; a sample is rows / N rows of dim_ values.
+  const std::int64_t leaf = this->gradient_leaf_rows() * (rows / std::max<std::int64_t>(x_.dim(0), 1));
+  const auto partial_size = static_cast<std::size_t>(
+      leaf > 0 ? core::layer_norm_leaf_tree_workspace(rows, dim_, leaf) : core::layer_norm_partial_rows(rows) * 2 * dim_);
   if (partial_sums_.extent(0) != partial_size) {
     partial_sums_ = core::Vec<T>("hpctrain::layer_norm::partial_parameter_sums", partial_size);
   }
-  core::layer_norm_parameter_gradients(x_.data, dy.data, rows, dim_, mean_, rstd_, partial_sums_,
-                                   this->grad(0).data, this->grad(1).data);
+  if (leaf > 0) {  // the leaves' sums over the tree, written
+    core::layer_norm_parameter_gradients_leaf_tree(x_.data, dy.data, rows, dim_, leaf, mean_, rstd_, partial_sums_,
+                                                   this->grad(0).data, this->grad(1).data);
+  } else {
+    core::layer_norm_parameter_gradients(x_.data, dy.data, rows, dim_, mean_, rstd_, partial_sums_,
+                                         this->grad(0).data, this->grad(1).data);
+  }
   if (!need_input_grad) return {};
   core::ensure_shape(dx_, "hpctrain::layer_norm::dx", x_.shape);
   core::layer_norm_backward_input(x_.data, dy.data, rows, dim_, this->param(0).data, mean_, rstd_,

@@ -17,11 +17,19 @@
 // part (dW_p += dqkv_p^T x, db_p, dx = sum_p dqkv_p W_p). Per step: 6 batched calls whatever
 // N and H; nothing is allocated while the batch shape repeats.
 //
+// Leaf rows (deterministic training's grouped passes, L samples a leaf): the projections run in
+// leaves of L T rows (row_affine.hpp: each leaf's rows as a call on it alone, the parameter
+// gradients written as the leaves' tree); steps 2-4 and their backward run once per
+// leaf, on that leaf's samples, with the shapes a pass of that leaf alone uses -- oneDNN's
+// batched matmul is not documented to give a sample the same bits in a larger batch.
+//
 // Why part-major [3, R, D] and not PyTorch's [R, 3D]: each part is then a dense [N, T, H, dh]
 // tensor, which oneDNN 2.6's brgemm matmul takes as a 4-D batch; inside [R, 3D] rows (padded
 // to 3D) it fell back to its jit sgemm at ~10 GFLOP/s, 30 % of a step.
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/gemm.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 #include "hpctrain/core/softmax.hpp"
 #include "hpctrain/models/transformer_layers.hpp"
 #include "row_affine.hpp"
@@ -43,11 +51,11 @@ core::StridedMatrices<T> head_matrices(const core::Vec<T>& rows_major, std::int6
   return {rows_major, first, tokens * cols, head_dim, cols, 1};
 }
 
-/// The [T, T] matrices of a contiguous [N, H, T, T] buffer.
+/// The [T, T] matrices of a contiguous [N, H, T, T] buffer, from sample `first_sample` on.
 template <class T>
 core::StridedMatrices<T> square_matrices(const core::Vec<T>& v, std::int64_t heads,
-                                         std::int64_t tokens) {
-  return {v, 0, heads * tokens * tokens, tokens * tokens, tokens, 1};
+                                         std::int64_t tokens, std::int64_t first_sample = 0) {
+  return {v, first_sample * heads * tokens * tokens, heads * tokens * tokens, tokens * tokens, tokens, 1};
 }
 
 /// Elements [index size, (index + 1) size) of `v`: part `index` of a part-major buffer.
@@ -56,22 +64,40 @@ core::Vec<T> part(const core::Vec<T>& v, std::int64_t index, std::int64_t size) 
   return Kokkos::subview(v, std::make_pair(index * size, (index + 1) * size));
 }
 
+/// Samples [first, first + count) of a buffer of `per_sample` elements a sample.
+template <class T>
+core::Vec<T> samples(const core::Vec<T>& v, std::int64_t first, std::int64_t count, std::int64_t per_sample) {
+  return Kokkos::subview(v, std::make_pair(first * per_sample, (first + count) * per_sample));
+}
+
 /// The qkv projection's backward from part-major dqkv [3, R, D]: per part p, dW_p += dqkv_p^T x,
 /// db_p += column sums of dqkv_p, and (when dx is non-empty) dx = sum_p dqkv_p W_p, the parts
-/// added in order. 3 x (2 R D^2 + 2 R D^2) flops, as one [R, 3D] projection.
+/// added in order. 3 x (2 R D^2 + 2 R D^2) flops, as one [R, 3D] projection. With `leaf_rows`
+/// > 0 the rows are in leaves as row_affine_backward() has them: dW_p and db_p written as the
+/// leaves' tree, each leaf's rows of dx as a call on that leaf alone gives them.
 template <class T>
 void qkv_projection_backward(const core::Vec<T>& dqkv, const core::Vec<T>& x, std::int64_t rows,
                              std::int64_t dim, const core::Vec<T>& w, const core::Vec<T>& dw,
-                             const core::Vec<T>& db, const core::Vec<T>& dx) {
+                             const core::Vec<T>& db, const core::Vec<T>& dx, std::int64_t leaf_rows) {
   const core::Matrix<T> xm = core::as_matrix(x, rows, dim);
   for (std::int64_t p = 0; p < 3; ++p) {
     const core::Matrix<T> dym = core::as_matrix(part(dqkv, p, rows * dim), rows, dim);
-    core::gemm(Trans::yes, Trans::no, T(1), dym, xm, T(1),
-               core::as_matrix(part(dw, p, dim * dim), dim, dim));
-    core::accumulate_column_sums(dym, part(db, p, dim));
+    const core::Matrix<T> dwm = core::as_matrix(part(dw, p, dim * dim), dim, dim);
+    if (leaf_rows <= 0) {
+      core::gemm(Trans::yes, Trans::no, T(1), dym, xm, T(1), dwm);
+      core::accumulate_column_sums(dym, part(db, p, dim));
+    } else {
+      core::gemm_tn_leaf_tree(leaf_rows, dym, xm, dwm);
+      core::column_sums_leaf_tree(leaf_rows, dym, part(db, p, dim));
+    }
     if (dx.data() == nullptr) continue;
-    core::gemm(Trans::no, Trans::no, T(1), dym, core::as_matrix(part(w, p, dim * dim), dim, dim),
-               p == 0 ? T(0) : T(1), core::as_matrix(dx, rows, dim));
+    const core::Matrix<T> wm = core::as_matrix(part(w, p, dim * dim), dim, dim), dxm = core::as_matrix(dx, rows, dim);
+    const T beta = p == 0 ? T(0) : T(1);
+    if (leaf_rows <= 0) {
+      core::gemm(Trans::no, Trans::no, T(1), dym, wm, beta, dxm);
+    } else {
+      core::gemm_in_leaves(leaf_rows, Trans::no, T(1), dym, wm, beta, dxm);
+    }
   }
 }
 
@@ -117,29 +143,34 @@ Tensor<T> MultiHeadSelfAttention<T>::forward(const Tensor<T>& x, bool /*train*/)
   core::ensure_shape(qkv_, "hpctrain::attention::qkv", {3, rows, dim_});
   core::ensure_shape(context_, "hpctrain::attention::context", {rows, dim_});
   core::ensure_shape(y_, "hpctrain::attention::y", x.shape);
+  core::ensure_shape(attn_, "hpctrain::attention::probabilities", {batch_, heads_count_, tokens_, tokens_});
+  // Leaves (L samples, L T rows): the projections in leaves of rows; the attention (oneDNN's
+  // batched matmul, whose bits are not documented to be independent of the batch) once per leaf,
+  // as a pass of that leaf alone calls it. Without: one call over all samples.
+  const std::int64_t leaf = this->gradient_leaf_rows(), leaf_rows = leaf * tokens_;
   for (std::int64_t p = 0; p < 3; ++p) {
     detail::row_affine_forward(x.data, rows, dim_, dim_, part(this->param(0).data, p, dim_ * dim_),
-                               part(this->param(1).data, p, dim_), part(qkv_.data, p, rows * dim_));
+                               part(this->param(1).data, p, dim_), part(qkv_.data, p, rows * dim_), leaf_rows);
   }
-  attend();
+  core::for_each_leaf(leaf > 0 ? leaf : batch_, batch_, [&](std::int64_t first, std::int64_t count) { attend(first, count); });
   detail::row_affine_forward(context_.data, rows, dim_, dim_, this->param(2).data,
-                             this->param(3).data, y_.data);
+                             this->param(3).data, y_.data, leaf_rows);
   return y_;
 }
 
 template <class T>
-void MultiHeadSelfAttention<T>::attend() {
+void MultiHeadSelfAttention<T>::attend(std::int64_t first, std::int64_t count) {
   const std::int64_t dh = dim_ / heads_count_, t = tokens_, d = dim_, r = batch_ * tokens_;
+  const std::int64_t at = first * t * d;  // the samples' first row in q, k, v and context
   const T scale = T(1) / static_cast<T>(std::sqrt(static_cast<double>(dh)));
-  core::ensure_shape(attn_, "hpctrain::attention::probabilities", {batch_, heads_count_, t, t});
-  const auto q = head_matrices(qkv_.data, 0, d, t, dh);
-  const auto k = head_matrices(qkv_.data, r * d, d, t, dh);
-  const auto v = head_matrices(qkv_.data, 2 * r * d, d, t, dh);
-  const auto p = square_matrices(attn_.data, heads_count_, t);
-  core::batched_gemm({batch_, heads_count_, t, t, dh}, scale, q, k.transposed(), T(0), p);
-  core::softmax_rows(batch_ * heads_count_ * t, t, attn_.data);
-  core::batched_gemm({batch_, heads_count_, t, dh, t}, T(1), p, v, T(0),
-                     head_matrices(context_.data, 0, d, t, dh));
+  const auto q = head_matrices(qkv_.data, at, d, t, dh);
+  const auto k = head_matrices(qkv_.data, r * d + at, d, t, dh);
+  const auto v = head_matrices(qkv_.data, 2 * r * d + at, d, t, dh);
+  const auto p = square_matrices(attn_.data, heads_count_, t, first);
+  core::batched_gemm({count, heads_count_, t, t, dh}, scale, q, k.transposed(), T(0), p);
+  core::softmax_rows(count * heads_count_ * t, t, samples(attn_.data, first, count, heads_count_ * t * t));
+  core::batched_gemm({count, heads_count_, t, dh, t}, T(1), p, v, T(0),
+                     head_matrices(context_.data, at, d, t, dh));
 }
 
 template <class T>
@@ -149,38 +180,44 @@ Tensor<T> MultiHeadSelfAttention<T>::backward(const Tensor<T>& dy, bool need_inp
                                                  core::shape_string(dy.shape) + " does not match");
   core::ensure_shape(dcontext_, "hpctrain::attention::dcontext", {rows, dim_});
   core::ensure_shape(dqkv_, "hpctrain::attention::dqkv", {3, rows, dim_});
+  core::ensure_shape(dattn_, "hpctrain::attention::dprobabilities", attn_.shape);
+  // With leaves as in forward(); the gradients are then written (the model zeroes them first).
+  const std::int64_t leaf = this->gradient_leaf_rows(), leaf_rows = leaf * tokens_;
   detail::row_affine_backward(dy.data, context_.data, rows, dim_, dim_, this->param(2).data,
-                              this->grad(2).data, this->grad(3).data, dcontext_.data);
-  attend_backward();
+                              this->grad(2).data, this->grad(3).data, dcontext_.data, false, leaf_rows);
+  core::for_each_leaf(leaf > 0 ? leaf : batch_, batch_,
+                      [&](std::int64_t first, std::int64_t count) { attend_backward(first, count); });
   core::Vec<T> dx;
   if (need_input_grad) {
     core::ensure_shape(dx_, "hpctrain::attention::dx", x_.shape);
     dx = dx_.data;
   }
   qkv_projection_backward(dqkv_.data, x_.data, rows, dim_, this->param(0).data,
-                          this->grad(0).data, this->grad(1).data, dx);
+                          this->grad(0).data, this->grad(1).data, dx, leaf_rows);
   return need_input_grad ? dx_ : Tensor<T>();
 }
 
 template <class T>
-void MultiHeadSelfAttention<T>::attend_backward() {
+void MultiHeadSelfAttention<T>::attend_backward(std::int64_t first, std::int64_t count) {
   const std::int64_t dh = dim_ / heads_count_, t = tokens_, d = dim_, h = heads_count_;
   const std::int64_t r = batch_ * tokens_;
+  const std::int64_t at = first * t * d;  // the samples' first row in q, k, v and context
   const T scale = T(1) / static_cast<T>(std::sqrt(static_cast<double>(dh)));
-  core::ensure_shape(dattn_, "hpctrain::attention::dprobabilities", attn_.shape);
-  const auto q = head_matrices(qkv_.data, 0, d, t, dh);
-  const auto k = head_matrices(qkv_.data, r * d, d, t, dh);
-  const auto v = head_matrices(qkv_.data, 2 * r * d, d, t, dh);
-  const auto dq = head_matrices(dqkv_.data, 0, d, t, dh);
-  const auto dk = head_matrices(dqkv_.data, r * d, d, t, dh);
-  const auto dv = head_matrices(dqkv_.data, 2 * r * d, d, t, dh);
-  const auto dout = head_matrices(dcontext_.data, 0, d, t, dh);
-  const auto p = square_matrices(attn_.data, h, t);
-  const auto ds = square_matrices(dattn_.data, h, t);
-  const core::BatchedGemmShape square{batch_, h, t, t, dh}, tall{batch_, h, t, dh, t};
+  const auto q = head_matrices(qkv_.data, at, d, t, dh);
+  const auto k = head_matrices(qkv_.data, r * d + at, d, t, dh);
+  const auto v = head_matrices(qkv_.data, 2 * r * d + at, d, t, dh);
+  const auto dq = head_matrices(dqkv_.data, at, d, t, dh);
+  const auto dk = head_matrices(dqkv_.data, r * d + at, d, t, dh);
+  const auto dv = head_matrices(dqkv_.data, 2 * r * d + at, d, t, dh);
+  const auto dout = head_matrices(dcontext_.data, at, d, t, dh);
+  const auto p = square_matrices(attn_.data, h, t, first);
+  const auto ds = square_matrices(dattn_.data, h, t, first);
+  const core::BatchedGemmShape square{count, h, t, t, dh}, tall{count, h, t, dh, t};
   core::batched_gemm(square, T(1), dout, v.transposed(), T(0), ds);  // dP
   core::batched_gemm(tall, T(1), p.transposed(), dout, T(0), dv);
-  core::softmax_rows_backward(batch_ * h * t, t, attn_.data, dattn_.data);  // dP -> dS
+  const std::int64_t per_sample = h * t * t;
+  core::softmax_rows_backward(count * h * t, t, samples(attn_.data, first, count, per_sample),
+                              samples(dattn_.data, first, count, per_sample));  // dP -> dS
   core::batched_gemm(tall, scale, ds, k, T(0), dq);
   core::batched_gemm(tall, scale, ds.transposed(), q, T(0), dk);
 }

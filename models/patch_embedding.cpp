@@ -4,8 +4,11 @@
 // y[n, 1 + i] = z[n P + i] + position[1 + i]. Backward: dposition += sum_n dy[n],
 // dclass_token += sum_n dy[n, 0], dz = dy[:, 1:], then Dense's backward on the patch rows
 // and a scatter of dpatches back to dx — patches neither overlap nor leave gaps, so every
-// input element is written exactly once (no atomics, no zeroing).
+// input element is written exactly once (no atomics, no zeroing). With leaf rows (L samples a
+// leaf) the projection runs in leaves of L P rows and the token sums per leaf, then over the leaf
+// tree (split_token_gradients_in_leaves): the gradients of separate passes over the leaves.
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 #include "hpctrain/models/transformer_layers.hpp"
 #include "row_affine.hpp"
 
@@ -88,6 +91,39 @@ void split_token_gradients(std::int64_t batch, std::int64_t patches, std::int64_
       });
 }
 
+/// split_token_gradients() with the samples in leaves of `leaf` samples, dpos and dcls
+/// *written*: per element, each leaf's sum over its samples in order from zero (what the plain
+/// kernel adds into zeroed gradients for that leaf alone) into sums[leaf, tokens dim], then
+/// those added over core/leaf_tree.hpp's tree in place. dz as split_token_gradients() gives it.
+template <class T>
+void split_token_gradients_in_leaves(std::int64_t batch, std::int64_t patches, std::int64_t dim, std::int64_t leaf,
+                                     const core::Vec<T>& dy, const core::Vec<T>& dcls, const core::Vec<T>& dpos,
+                                     const core::Vec<T>& dz, const core::Vec<T>& sums) {
+  const std::int64_t tokens = patches + 1, leaves = core::leaf_count(batch, leaf);
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(sums.extent(0)) >= leaves * tokens * dim,
+                   "patch_embedding: leaf sums of " + std::to_string(sums.extent(0)) + " elements for " +
+                       std::to_string(leaves) + " leaves");
+  Kokkos::parallel_for(
+      "hpctrain::patch_embedding::token_gradients_leaf_tree", Range(0, tokens * dim),
+      KOKKOS_LAMBDA(const std::int64_t e) {
+        const std::int64_t t = e / dim, d = e % dim, size = tokens * dim;
+        for (std::int64_t l = 0; l < leaves; ++l) {
+          const std::int64_t end = (l + 1) * leaf < batch ? (l + 1) * leaf : batch;
+          T s = 0;
+          for (std::int64_t n = l * leaf; n < end; ++n) {
+            const T g = dy(n * size + e);
+            s += g;
+            if (t > 0) dz((n * patches + t - 1) * dim + d) = g;
+          }
+          sums(l * size + e) = s;
+        }
+        core::leaf_tree_sum_in_place(leaves, [&](std::int64_t l) -> T& { return sums(l * size + e); });
+        const T total = leaves > 0 ? sums(e) : T(0);
+        dpos(e) = total;
+        if (t == 0) dcls(d) = total;
+      });
+}
+
 }  // namespace
 
 template <class T>
@@ -133,7 +169,7 @@ Tensor<T> PatchEmbedding<T>::forward(const Tensor<T>& x, bool /*train*/) {
   move_patches(PatchGeometry{channels_, height_, width_, patch_}, batch_, true, x.data,
                patches_.data);
   detail::row_affine_forward(patches_.data, rows, f, dim_, this->param(0).data,
-                             this->param(1).data, z_.data);
+                             this->param(1).data, z_.data, this->gradient_leaf_rows() * patches());
   assemble_tokens(batch_, patches(), dim_, z_.data, this->param(2).data, this->param(3).data,
                   y_.data);
   return y_;
@@ -145,15 +181,23 @@ Tensor<T> PatchEmbedding<T>::backward(const Tensor<T>& dy, bool need_input_grad)
   HPCTRAIN_REQUIRE(dy.size() == y_.size(), "patch_embedding: output gradient shape " +
                                                core::shape_string(dy.shape) + " does not match");
   core::ensure_shape(dz_, "hpctrain::patch_embedding::dz", {rows, dim_});
-  split_token_gradients(batch_, patches(), dim_, dy.data, this->grad(2).data,
-                        this->grad(3).data, dz_.data);
   core::Vec<T> dpatches;
   if (need_input_grad) {
     core::ensure_shape(dpatches_, "hpctrain::patch_embedding::dpatches", {rows, f});
     dpatches = dpatches_.data;
   }
+  const std::int64_t leaf = this->gradient_leaf_rows();
+  if (leaf <= 0) {
+    split_token_gradients(batch_, patches(), dim_, dy.data, this->grad(2).data,
+                          this->grad(3).data, dz_.data);
+  } else {  // every parameter gradient written as the leaves' tree
+    core::ensure_shape(leaf_sums_, "hpctrain::patch_embedding::leaf_sums",
+                       {core::leaf_count(batch_, leaf), patches() + 1, dim_});
+    split_token_gradients_in_leaves(batch_, patches(), dim_, leaf, dy.data, this->grad(2).data,
+                                    this->grad(3).data, dz_.data, leaf_sums_.data);
+  }
   detail::row_affine_backward(dz_.data, patches_.data, rows, f, dim_, this->param(0).data,
-                              this->grad(0).data, this->grad(1).data, dpatches);
+                              this->grad(0).data, this->grad(1).data, dpatches, false, leaf * patches());
   if (!need_input_grad) return {};
   core::ensure_shape(dx_, "hpctrain::patch_embedding::dx", {batch_, channels_, height_, width_});
   move_patches(PatchGeometry{channels_, height_, width_, patch_}, batch_, false, dx_.data,

@@ -8,10 +8,17 @@
 // fixed lanes (lane_sum: vectorisable, same bits at any thread count); the parameter
 // gradients sum fixed chunks of 64 rows along contiguous rows, then the chunks per column
 // (deterministic at any thread count, no atomics; see accumulate_scale_shift_gradients).
+// Deterministic training's grouped passes cut the rows into leaves: the chunks then restart at
+// every leaf, each leaf's chunks are summed as the plain kernel sums a pass's, and the leaves'
+// sums are added over core/leaf_tree.hpp's tree (layer_norm_parameter_gradients_leaf_tree).
 
 #include "hpctrain/core/layer_norm.hpp"
 
+#include "hpctrain/base/error.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
+
+#include <string>
 
 namespace hpctrain::core {
 
@@ -43,6 +50,25 @@ KOKKOS_INLINE_FUNCTION T lane_sum(std::int64_t n, const F& f) {
 /// the summation order (and the bits) depend on the number of rows only. 64 rows keep a
 /// partial pair [2, dim] in L1 while a chunk streams through.
 constexpr std::int64_t kRowsPerPartial = 64;
+
+/// One chunk's partial [2, dim] at partial(pw..): dy xhat and dy over rows [r_begin, r_end) in
+/// order, from zero. Both the plain and the leaf-tree kernels call it: the same additions.
+template <class T>
+KOKKOS_INLINE_FUNCTION void chunk_partial(const Vec<T>& x, const Vec<T>& dy, std::int64_t dim, const Vec<T>& mean,
+                                          const Vec<T>& rstd, const Vec<T>& partial, std::int64_t pw,
+                                          std::int64_t r_begin, std::int64_t r_end) {
+  const std::int64_t pb = pw + dim;
+  for (std::int64_t d = 0; d < 2 * dim; ++d) partial(pw + d) = 0;
+  for (std::int64_t r = r_begin; r < r_end; ++r) {
+    const T m = mean(r), s = rstd(r);
+    const std::int64_t base = r * dim;
+    for (std::int64_t d = 0; d < dim; ++d) {
+      const T g = dy(base + d);
+      partial(pw + d) += g * ((x(base + d) - m) * s);
+      partial(pb + d) += g;
+    }
+  }
+}
 
 }  // namespace
 
@@ -107,19 +133,9 @@ void layer_norm_parameter_gradients(const Vec<T>& x, const Vec<T>& dy,
   Kokkos::parallel_for(
       "hpctrain::layer_norm::backward_parameters_partial", Range(0, chunks),
       KOKKOS_LAMBDA(const std::int64_t c) {
-        const std::int64_t pw = c * 2 * dim, pb = pw + dim;
         const std::int64_t r_end = (c + 1) * kRowsPerPartial < rows ? (c + 1) * kRowsPerPartial
                                                                      : rows;
-        for (std::int64_t d = 0; d < 2 * dim; ++d) partial(pw + d) = 0;
-        for (std::int64_t r = c * kRowsPerPartial; r < r_end; ++r) {
-          const T m = mean(r), s = rstd(r);
-          const std::int64_t base = r * dim;
-          for (std::int64_t d = 0; d < dim; ++d) {
-            const T g = dy(base + d);
-            partial(pw + d) += g * ((x(base + d) - m) * s);
-            partial(pb + d) += g;
-          }
-        }
+        chunk_partial(x, dy, dim, mean, rstd, partial, c * 2 * dim, c * kRowsPerPartial, r_end);
       });
   Kokkos::parallel_for(
       "hpctrain::layer_norm::backward_parameters", Range(0, dim),
@@ -134,6 +150,62 @@ void layer_norm_parameter_gradients(const Vec<T>& x, const Vec<T>& dy,
       });
 }
 
+std::int64_t layer_norm_leaf_tree_workspace(std::int64_t rows, std::int64_t dim, std::int64_t leaf_rows) {
+  HPCTRAIN_REQUIRE(leaf_rows >= 1, "layer_norm: " + std::to_string(leaf_rows) + " rows per leaf");
+  const std::int64_t leaves = leaf_count(rows, leaf_rows);
+  const std::int64_t full_chunks = layer_norm_partial_rows(leaf_rows);
+  const std::int64_t chunks = rows == 0 ? 0 : (leaves - 1) * full_chunks + layer_norm_partial_rows(rows - (leaves - 1) * leaf_rows);
+  return 2 * dim * (chunks + leaves);
+}
+
+/// The plain kernels' two passes with chunks inside leaves: (1) one thread per chunk of every
+/// leaf (leaf l's chunk c at partial row l C + c, C = a whole leaf's chunks); (2) one thread per
+/// column of [dw | db]: each leaf's chunks added in order from zero (the plain pass's sum for
+/// that leaf; its `+=` into zeroed gradients adds nothing), kept per leaf behind the partials,
+/// then added over the leaf tree in place. As many launches as the plain kernels, whatever the
+/// number of leaves.
+template <class T>
+void layer_norm_parameter_gradients_leaf_tree(const Vec<T>& x, const Vec<T>& dy, std::int64_t rows,
+                                              std::int64_t dim, std::int64_t leaf_rows, const Vec<T>& mean,
+                                              const Vec<T>& rstd, const Vec<T>& workspace, const Vec<T>& dw,
+                                              const Vec<T>& db) {
+  const std::int64_t needed = layer_norm_leaf_tree_workspace(rows, dim, leaf_rows);
+  HPCTRAIN_REQUIRE(static_cast<std::int64_t>(workspace.extent(0)) >= needed,
+                   "layer_norm: leaf-tree workspace of " + std::to_string(workspace.extent(0)) + " elements, " +
+                       std::to_string(needed) + " needed");
+  if (rows == 0) {
+    Kokkos::deep_copy(dw, T(0));
+    Kokkos::deep_copy(db, T(0));
+    return;
+  }
+  const std::int64_t leaves = leaf_count(rows, leaf_rows), leaf_chunks = layer_norm_partial_rows(leaf_rows);
+  const std::int64_t chunks = needed / (2 * dim) - leaves, sums = chunks * 2 * dim;
+  const Vec<T> work = workspace;
+  Kokkos::parallel_for(
+      "hpctrain::layer_norm::backward_parameters_partial_in_leaves", Range(0, chunks),
+      KOKKOS_LAMBDA(const std::int64_t c) {
+        const std::int64_t leaf_first = (c / leaf_chunks) * leaf_rows;
+        const std::int64_t leaf_end = leaf_first + leaf_rows < rows ? leaf_first + leaf_rows : rows;
+        const std::int64_t first = leaf_first + (c % leaf_chunks) * kRowsPerPartial;
+        const std::int64_t end = first + kRowsPerPartial < leaf_end ? first + kRowsPerPartial : leaf_end;
+        chunk_partial(x, dy, dim, mean, rstd, work, c * 2 * dim, first, end);
+      });
+  Kokkos::parallel_for(
+      "hpctrain::layer_norm::backward_parameters_leaf_tree", Range(0, 2 * dim), KOKKOS_LAMBDA(const std::int64_t j) {
+        for (std::int64_t l = 0; l < leaves; ++l) {
+          const std::int64_t c_end = (l + 1) * leaf_chunks < chunks ? (l + 1) * leaf_chunks : chunks;
+          T s = 0;
+          for (std::int64_t c = l * leaf_chunks; c < c_end; ++c) s += work(c * 2 * dim + j);
+          work(sums + l * 2 * dim + j) = s;
+        }
+        leaf_tree_sum_in_place(leaves, [&](std::int64_t l) -> T& { return work(sums + l * 2 * dim + j); });
+        if (j < dim) {
+          dw(j) = work(sums + j);
+        } else {
+          db(j - dim) = work(sums + j);
+        }
+      });
+}
 
 #define HPCTRAIN_INSTANTIATE(T)                                                                              \
   template void layer_norm_forward<T>(const Vec<T>&, std::int64_t, std::int64_t, T, const Vec<T>&, const Vec<T>&, \
@@ -142,7 +214,10 @@ void layer_norm_parameter_gradients(const Vec<T>& x, const Vec<T>& dy,
                                              const Vec<T>&, const Vec<T>&, const Vec<T>&, const Vec<T>&);    \
   template void layer_norm_parameter_gradients<T>(const Vec<T>&, const Vec<T>&, std::int64_t, std::int64_t,  \
                                                   const Vec<T>&, const Vec<T>&, const Vec<T>&, const Vec<T>&, \
-                                                  const Vec<T>&);
+                                                  const Vec<T>&);                                  \
+  template void layer_norm_parameter_gradients_leaf_tree<T>(                                                 \
+      const Vec<T>&, const Vec<T>&, std::int64_t, std::int64_t, std::int64_t, const Vec<T>&, const Vec<T>&,  \
+      const Vec<T>&, const Vec<T>&, const Vec<T>&);
 
 HPCTRAIN_INSTANTIATE(float)
 HPCTRAIN_INSTANTIATE(double)

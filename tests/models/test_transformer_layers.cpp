@@ -1,15 +1,20 @@
 // The transformer leaf layers: backward against float64 central finite differences (alone and
 // chained), forward against naive host references written here from the definitions, float
-// against double, buffer reuse, and the errors for bad configurations.
+// against double, buffer reuse, leaf rows (a grouped pass against a pass per leaf, bit for bit)
+// and the errors for bad configurations.
 #include "model_gradient_check.hpp"
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/leaf_tree.hpp"
 #include "hpctrain/models/layers.hpp"
+#include "hpctrain/models/registry.hpp"
 #include "hpctrain/models/transformer_layers.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -357,6 +362,131 @@ TEST(TransformerLayers, AttentionReusesItsBuffersWhileTheShapeRepeats) {
   const double* dx0 = model->backward(x, true).data.data();
   EXPECT_EQ(model->forward(x, true).data.data(), y0);
   EXPECT_EQ(model->backward(x, true).data.data(), dx0);
+}
+
+// ---- leaf rows (deterministic training's grouped passes) --------------------------------------
+
+/// `model` over `rows` samples in leaves of `leaf` samples: the grouped pass's outputs and input
+/// gradients are, row for row, those of a pass over each leaf alone, and its parameter gradients
+/// those passes' gradients added over core/leaf_tree.hpp's tree -- bit for bit. The gradients
+/// start as NaN, so one that is neither written nor zeroed shows; and the plain pass over all
+/// rows must differ from the tree somewhere, or the comparison could not tell them apart.
+void expect_grouped_pass_is_the_leaf_tree(Sequential<float>& model, std::int64_t rows, std::int64_t leaf,
+                                          std::uint32_t seed) {
+  ASSERT_TRUE(model.supports_gradient_leaves());
+  const std::int64_t in = core::shape_size(model.input_shape()), out = core::shape_size(model.output_shape());
+  const auto n = static_cast<std::size_t>(model.parameter_count());
+  const auto batch = [](std::int64_t r, const Shape& sample) {
+    Shape s{r};
+    s.insert(s.end(), sample.begin(), sample.end());
+    return s;
+  };
+  const auto hx = hpctrain::testing::random_values<float>(static_cast<std::size_t>(rows * in), seed);
+  const auto hdy = hpctrain::testing::random_values<float>(static_cast<std::size_t>(rows * out), seed + 1);
+  const std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
+  const auto slice = [&](const std::vector<float>& v, std::int64_t width, std::int64_t first, std::int64_t count) {
+    return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+  };
+  // a pass per leaf: its outputs and input gradients in order, its gradient apart
+  std::vector<float> want_y, want_dx;
+  std::vector<std::vector<float>> grads;
+  core::for_each_leaf(leaf, rows, [&](std::int64_t first, std::int64_t count) {
+    core::from_host(model.gradient_buffer(), nan);
+    model.begin_gradients();
+    const auto y = core::to_host(
+        model.forward(core::tensor_from_host<float>("xl", batch(count, model.input_shape()), slice(hx, in, first, count)), true).data);
+    const auto dx = core::to_host(
+        model.backward(core::tensor_from_host<float>("dyl", batch(count, model.output_shape()), slice(hdy, out, first, count)), true)
+            .data);
+    want_y.insert(want_y.end(), y.begin(), y.end());
+    want_dx.insert(want_dx.end(), dx.begin(), dx.end());
+    grads.push_back(core::to_host(model.gradient_buffer()));
+  });
+  std::vector<std::vector<float>> slots(static_cast<std::size_t>(core::leaf_tree_depth(core::leaf_count(rows, leaf))));
+  core::leaf_tree_sum(
+      core::leaf_count(rows, leaf), [&](std::int64_t l, int d) { slots[static_cast<std::size_t>(d)] = grads[static_cast<std::size_t>(l)]; },
+      [&](int dst, int src) {
+        for (std::size_t i = 0; i < n; ++i) slots[static_cast<std::size_t>(dst)][i] += slots[static_cast<std::size_t>(src)][i];
+      });
+  const std::vector<float>& want = slots[0];
+  const auto x = core::tensor_from_host<float>("x", batch(rows, model.input_shape()), hx);
+  const auto dy = core::tensor_from_host<float>("dy", batch(rows, model.output_shape()), hdy);
+  const auto differing = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::size_t count = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
+    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) count += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return count;
+  };
+  // one grouped pass
+  core::from_host(model.gradient_buffer(), nan);
+  model.set_gradient_leaves(leaf);
+  model.begin_gradients();
+  const auto y = core::to_host(model.forward(x, true).data);
+  const auto dx = core::to_host(model.backward(dy, true).data);
+  model.set_gradient_leaves(0);
+  EXPECT_EQ(differing(y, want_y), 0u) << "outputs";
+  EXPECT_EQ(differing(dx, want_dx), 0u) << "input gradients";
+  EXPECT_EQ(differing(core::to_host(model.gradient_buffer()), want), 0u) << "parameter gradients";
+  // the plain pass over all rows sums each element's rows in one go
+  core::from_host(model.gradient_buffer(), nan);
+  model.begin_gradients();
+  model.forward(x, true);
+  model.backward(dy, true);
+  EXPECT_GT(differing(core::to_host(model.gradient_buffer()), want), 0u) << "the plain sum equals the tree";
+}
+
+/// One float layer in a model over samples of `shape`.
+template <class L, class... Args>
+std::unique_ptr<Sequential<float>> leaf_model(const Shape& shape, std::uint64_t seed, Args... args) {
+  auto model = std::make_unique<Sequential<float>>(shape);
+  model->add(std::make_unique<L>(args...));
+  model->finalize(seed);
+  return model;
+}
+
+// 9 samples in leaves of 2: five leaves, ((l0 + l1) + (l2 + l3)) + l4, the last a sample short.
+TEST(TransformerLeaves, PatchEmbeddingIsTheTreeOfItsLeaves) {
+  auto model = leaf_model<PatchEmbedding<float>>({2, 8, 12}, 500, 2, 8, 12, 4, 6);
+  expect_grouped_pass_is_the_leaf_tree(*model, 9, 2, 501);
+}
+
+// 40 tokens a sample: a leaf of 2 samples is 80 rows, so LayerNorm's chunks of 64 rows restart
+// inside every leaf.
+TEST(TransformerLeaves, LayerNormIsTheTreeOfItsLeaves) {
+  auto model = leaf_model<LayerNorm<float>>({40, 12}, 510, 12);
+  expect_grouped_pass_is_the_leaf_tree(*model, 9, 2, 511);
+  expect_grouped_pass_is_the_leaf_tree(*model, 7, 3, 512);
+}
+
+TEST(TransformerLeaves, MultiHeadSelfAttentionIsTheTreeOfItsLeaves) {
+  auto model = leaf_model<MultiHeadSelfAttention<float>>({7, 8}, 520, 8, 2);
+  expect_grouped_pass_is_the_leaf_tree(*model, 9, 2, 521);
+  expect_grouped_pass_is_the_leaf_tree(*model, 40, 16, 522);
+}
+
+TEST(TransformerLeaves, TokenDenseAndSelectTokenAreTheTreeOfTheirLeaves) {
+  auto model = std::make_unique<Sequential<float>>(Shape{5, 7});
+  model->add(std::make_unique<TokenDense<float>>(7, 9)).add(std::make_unique<SelectToken<float>>(2));
+  model->finalize(530);
+  expect_grouped_pass_is_the_leaf_tree(*model, 9, 2, 531);
+}
+
+TEST(TransformerLeaves, TransformerModelIsTheTreeOfItsLeaves) {
+  auto model = build_model<float>(nlohmann::json{{"name", "transformer"}, {"input_shape", {1, 8, 8}}, {"classes", 3},
+                                                 {"patch", 4}, {"dim", 8}, {"depth", 2}, {"heads", 2}, {"mlp_dim", 16}});
+  expect_grouped_pass_is_the_leaf_tree(*model, 9, 2, 541);
+}
+
+TEST(TransformerLeaves, InPlaceTreeIsTheLeafTree) {
+  for (std::int64_t leaves = 1; leaves <= 40; ++leaves) {
+    const auto terms = hpctrain::testing::random_values<float>(static_cast<std::size_t>(leaves), 550 + static_cast<std::uint32_t>(leaves), -1e3, 1e3);
+    std::vector<float> slots(static_cast<std::size_t>(core::leaf_tree_depth(leaves)));
+    core::leaf_tree_sum(
+        leaves, [&](std::int64_t l, int d) { slots[static_cast<std::size_t>(d)] = terms[static_cast<std::size_t>(l)]; },
+        [&](int dst, int src) { slots[static_cast<std::size_t>(dst)] += slots[static_cast<std::size_t>(src)]; });
+    std::vector<float> in_place = terms;
+    core::leaf_tree_sum_in_place(leaves, [&](std::int64_t l) -> float& { return in_place[static_cast<std::size_t>(l)]; });
+    EXPECT_EQ(std::memcmp(&in_place[0], &slots[0], sizeof(float)), 0) << leaves << " leaves";
+  }
 }
 
 void expect_error_mentions(const std::function<void()>& f, const std::string& words) {

@@ -9,6 +9,15 @@
 /// left out); all tensors are row-major. As for every Layer, backward() *adds* into the
 /// parameter gradients (summed over the batch, never divided by it) and overwrites the input
 /// gradient it returns.
+///
+/// All five support leaf rows (Layer::supports_gradient_leaves; L samples a leaf, so L T token
+/// rows): the row-wise kernels (LayerNorm's rows, the patch gather and token assembly,
+/// SelectToken) run over all rows, each row's arithmetic its own; the projections through the
+/// leaf forms of gemm (each leaf's rows as a call on it alone); the attention (its batched
+/// products and the softmax between them) once per leaf, on its samples alone; and every sum
+/// over samples or tokens (weights, biases, LayerNorm's weight and bias, the class token and
+/// positions) per leaf, then over core/leaf_tree.hpp's tree. With leaves, backward() *writes*
+/// the parameter gradients (the model zeroes them first).
 
 #include "hpctrain/core/tensor.hpp"
 #include "hpctrain/models/layer.hpp"
@@ -39,6 +48,7 @@ class PatchEmbedding final : public Layer<T> {
   std::vector<ParameterSpec> parameter_specs() const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  bool supports_gradient_leaves() const override { return true; }
 
   std::int64_t patches() const { return (height_ / patch_) * (width_ / patch_); }
 
@@ -49,6 +59,7 @@ class PatchEmbedding final : public Layer<T> {
   Tensor<T> patches_;  ///< [N P, C p p]: the gathered patches (kept for the weight gradient)
   Tensor<T> z_;        ///< [N P, D]: projected patches
   Tensor<T> y_, dz_, dpatches_, dx_;
+  Tensor<T> leaf_sums_;  ///< [leaves, P + 1, D]: each leaf's class-token and position sums
 };
 
 /// Layer normalisation (Ba et al. 2016) over the last extent: an input of any rank whose last
@@ -64,13 +75,14 @@ class LayerNorm final : public Layer<T> {
   std::vector<ParameterSpec> parameter_specs() const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  bool supports_gradient_leaves() const override { return true; }
 
  private:
   std::int64_t dim_;
   double eps_;
   Tensor<T> x_, y_, dx_;
   core::Vec<T> mean_, rstd_;  ///< per row, kept for backward
-  core::Vec<T> partial_sums_;  ///< [chunks of 64 rows, 2, dim]: dw, db partials in backward
+  core::Vec<T> partial_sums_;  ///< [chunks of 64 rows (+ leaves), 2, dim]: dw, db partials in backward
 };
 
 /// Multi-head self-attention, [T, D] -> [T, D], as PyTorch's
@@ -96,10 +108,13 @@ class MultiHeadSelfAttention final : public Layer<T> {
   std::vector<ParameterSpec> parameter_specs() const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  bool supports_gradient_leaves() const override { return true; }
 
  private:
-  void attend();           ///< qkv_ -> attn_ (probabilities) -> context_
-  void attend_backward();  ///< dcontext_ (and qkv_, attn_) -> dqkv_
+  /// qkv_ -> attn_ (probabilities) -> context_ for samples [first, first + count).
+  void attend(std::int64_t first, std::int64_t count);
+  /// dcontext_ (and qkv_, attn_) -> dqkv_ for samples [first, first + count).
+  void attend_backward(std::int64_t first, std::int64_t count);
   std::int64_t dim_, heads_count_;
   std::int64_t batch_ = 0, tokens_ = 0;
   Tensor<T> x_;
@@ -125,8 +140,11 @@ class TokenDense final : public Layer<T> {
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
   bool writes_gradients() const override { return true; }
+  bool supports_gradient_leaves() const override { return true; }
 
  private:
+  /// The leaf rows in token rows (rows of `in` values): L times a sample's tokens; 0 when off.
+  std::int64_t leaf_token_rows() const;
   std::int64_t in_, out_;
   core::Init init_;
   Tensor<T> x_, y_, dx_;
@@ -142,6 +160,8 @@ class SelectToken final : public Layer<T> {
   Shape output_shape(const Shape& input_sample_shape) const override;
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
+  /// Row-wise copies without parameters: the same at any leaf rows.
+  bool supports_gradient_leaves() const override { return true; }
 
  private:
   std::int64_t index_;

@@ -31,4 +31,18 @@ void layer_norm_parameter_gradients(const Vec<T>& x, const Vec<T>& dy, std::int6
                                     const Vec<T>& mean, const Vec<T>& rstd, const Vec<T>& partial,
                                     const Vec<T>& dw, const Vec<T>& db);
 
+/// Workspace elements of layer_norm_parameter_gradients_leaf_tree() over `rows` rows in leaves
+/// of `leaf_rows` rows: each leaf's chunks' partials and each leaf's sums.
+std::int64_t layer_norm_leaf_tree_workspace(std::int64_t rows, std::int64_t dim, std::int64_t leaf_rows);
+
+/// Deterministic training's grouped passes: dw and db *written* as the sums of the rows cut into
+/// leaves of `leaf_rows` rows (the last may be shorter), added over core/leaf_tree.hpp's tree;
+/// leaf l's terms are the bits layer_norm_parameter_gradients() adds for its rows alone into
+/// zeros (its chunks start at the leaf's first row). `workspace`: see above.
+template <class T>
+void layer_norm_parameter_gradients_leaf_tree(const Vec<T>& x, const Vec<T>& dy, std::int64_t rows,
+                                              std::int64_t dim, std::int64_t leaf_rows, const Vec<T>& mean,
+                                              const Vec<T>& rstd, const Vec<T>& workspace, const Vec<T>& dw,
+                                              const Vec<T>& db);
+
 }  // namespace hpctrain::core

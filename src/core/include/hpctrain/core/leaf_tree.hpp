@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include <Kokkos_Macros.hpp>
+
 #include "hpctrain/base/error.hpp"
 
 namespace hpctrain::core {
@@ -76,6 +78,18 @@ void leaf_tree_sum(std::int64_t leaves, const Compute& compute, const Add& add, 
   while (depth >= 2) {
     add(depth - 2, depth - 1);
     --depth;
+  }
+}
+
+/// leaf_tree_sum() over terms already in place, for a kernel's thread: node(l) (a reference)
+/// holds leaf l's term for l < leaves, and on return node(0) holds the sum. Level by level, node
+/// i (a multiple of 2w) adds node i + w where that holds a leaf: the tree's additions exactly
+/// (a right-clipped node is its left child alone), without stack or exceptions, so device code
+/// can call it. leaves <= 0 leaves node(0) as it is.
+template <class Node>
+KOKKOS_INLINE_FUNCTION void leaf_tree_sum_in_place(std::int64_t leaves, const Node& node) {
+  for (std::int64_t w = 1; w < leaves; w *= 2) {
+    for (std::int64_t i = 0; i + w < leaves; i += 2 * w) node(i) += node(i + w);
   }
 }
 
