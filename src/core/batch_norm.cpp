@@ -1,12 +1,12 @@
 #include "hpctrain/core/batch_norm.hpp"
 
 #include "hpctrain/base/error.hpp"
+#include "host_parallel.hpp"
 
 namespace hpctrain::core {
 
 namespace {
 
-using Range = Kokkos::RangePolicy<ExecSpace>;
 using Doubles = Kokkos::View<double*, MemSpace>;
 
 void require_size(std::int64_t have, std::int64_t want, const char* what) {
@@ -19,8 +19,10 @@ void require_size(std::int64_t have, std::int64_t want, const char* what) {
 // Reductions run over each channel's N * H * W elements in a fixed order: within a row of H * W
 // elements, kLanes independent partial sums in T (element i goes to lane i % kLanes), added lane
 // by lane; the rows' sums are added in double, row after row. The order never depends on the
-// thread count, so neither do the bits; the lanes give the compiler independent chains to
-// vectorise (one serial chain of double additions was 10-13 % of a resnet step: measured).
+// thread count (a channel or a row is one thread's: detail::host_parallel_for shares them out
+// on the rank's OpenMP team), so neither do the bits; the lanes give the compiler independent
+// chains to vectorise (one serial chain of double additions was 10-13 % of a resnet step:
+// measured).
 constexpr int kLanes = 8;
 
 /// Sum of v(i) and of v(i)^2 over one row, v(i) = x[i] - shift.
@@ -93,15 +95,16 @@ void channel_moments(const ChannelGeometry& g, const Vec<T>& x, const Vec<T>& sh
   require_size(static_cast<std::int64_t>(x.extent(0)), g.size(), "channel_moments x");
   require_size(static_cast<std::int64_t>(sums.extent(0)), 2 * g.channels, "channel_moments sums");
   const std::int64_t batch = g.batch, channels = g.channels, spatial = g.spatial;
-  Kokkos::parallel_for(
-      "hpctrain::channel_moments", Range(0, channels), KOKKOS_LAMBDA(const std::int64_t c) {
+  detail::host_parallel_for(
+      "hpctrain::channel_moments", channels, KOKKOS_LAMBDA(const std::int64_t c) {
         double s1 = 0.0, s2 = 0.0;
         for (std::int64_t n = 0; n < batch; ++n) {
           shifted_row_moments(x.data() + (n * channels + c) * spatial, spatial, shift(c), s1, s2);
         }
         sums(c) = s1;
         sums(channels + c) = s2;
-      });
+      },
+      batch * spatial);
 }
 
 template <class T>
@@ -111,8 +114,8 @@ void batch_norm_forward(const ChannelGeometry& g, const Vec<T>& x, const Doubles
   require_size(static_cast<std::int64_t>(y.extent(0)), g.size(), "batch_norm_forward y");
   require_size(static_cast<std::int64_t>(xhat.extent(0)), g.size(), "batch_norm_forward xhat");
   const std::int64_t channels = g.channels, spatial = g.spatial;
-  Kokkos::parallel_for(
-      "hpctrain::batch_norm_forward", Range(0, g.batch * channels), KOKKOS_LAMBDA(const std::int64_t r) {
+  detail::host_parallel_for(
+      "hpctrain::batch_norm_forward", g.batch * channels, KOKKOS_LAMBDA(const std::int64_t r) {
         const std::int64_t c = r % channels;
         const T m = static_cast<T>(mean(c)), k = static_cast<T>(rstd(c));
         const T scale = gamma(c), shift = beta(c);
@@ -130,7 +133,8 @@ void batch_norm_forward(const ChannelGeometry& g, const Vec<T>& x, const Doubles
             out[i] = o > T(0) ? o : T(0);
           }
         }
-      });
+      },
+      spatial);
 }
 
 template <class T>
@@ -141,8 +145,8 @@ void batch_norm_backward_sums(const ChannelGeometry& g, const Vec<T>& dy, const 
   if (relu) require_size(static_cast<std::int64_t>(y.extent(0)), g.size(), "batch_norm_backward_sums y");
   const std::int64_t batch = g.batch, channels = g.channels, spatial = g.spatial;
   const Vec<T> mask_source = relu ? y : xhat;  // read, never used, when there is no ReLU
-  Kokkos::parallel_for(
-      "hpctrain::batch_norm_backward_sums", Range(0, channels), KOKKOS_LAMBDA(const std::int64_t c) {
+  detail::host_parallel_for(
+      "hpctrain::batch_norm_backward_sums", channels, KOKKOS_LAMBDA(const std::int64_t c) {
         double sd = 0.0, sdx = 0.0;
         for (std::int64_t n = 0; n < batch; ++n) {
           const std::int64_t base = (n * channels + c) * spatial;
@@ -154,7 +158,8 @@ void batch_norm_backward_sums(const ChannelGeometry& g, const Vec<T>& dy, const 
         }
         sums(c) = sd;
         sums(channels + c) = sdx;
-      });
+      },
+      batch * spatial);
 }
 
 template <class T>
@@ -165,8 +170,8 @@ void batch_norm_backward_input(const ChannelGeometry& g, const Vec<T>& dy, const
   const std::int64_t channels = g.channels, spatial = g.spatial;
   const double inv_count = count > 0 ? 1.0 / count : 0.0;
   const Vec<T> mask_source = relu ? y : xhat;
-  Kokkos::parallel_for(
-      "hpctrain::batch_norm_backward_input", Range(0, g.batch * channels), KOKKOS_LAMBDA(const std::int64_t r) {
+  detail::host_parallel_for(
+      "hpctrain::batch_norm_backward_input", g.batch * channels, KOKKOS_LAMBDA(const std::int64_t r) {
         const std::int64_t c = r % channels;
         const T k = static_cast<T>(static_cast<double>(gamma(c)) * rstd(c));
         const T mean_g = static_cast<T>(sums(c) * inv_count);
@@ -180,7 +185,8 @@ void batch_norm_backward_input(const ChannelGeometry& g, const Vec<T>& dy, const
         } else {
           for (std::int64_t i = 0; i < spatial; ++i) o[i] = k * (d[i] - mean_g - h[i] * mean_g_xhat);
         }
-      });
+      },
+      spatial);
 }
 
 template <class T>
@@ -189,12 +195,13 @@ void global_avg_pool_forward(const ChannelGeometry& g, const Vec<T>& x, const Ve
   require_size(static_cast<std::int64_t>(y.extent(0)), g.batch * g.channels, "global_avg_pool_forward y");
   const std::int64_t spatial = g.spatial;
   const T inv = T(1) / static_cast<T>(spatial);
-  Kokkos::parallel_for(
-      "hpctrain::global_avg_pool_forward", Range(0, g.batch * g.channels), KOKKOS_LAMBDA(const std::int64_t row) {
+  detail::host_parallel_for(
+      "hpctrain::global_avg_pool_forward", g.batch * g.channels, KOKKOS_LAMBDA(const std::int64_t row) {
         T s = T(0);
         for (std::int64_t i = 0; i < spatial; ++i) s += x(row * spatial + i);
         y(row) = s * inv;
-      });
+      },
+      spatial);
 }
 
 template <class T>
@@ -203,11 +210,12 @@ void global_avg_pool_backward(const ChannelGeometry& g, const Vec<T>& dy, const 
   require_size(static_cast<std::int64_t>(dx.extent(0)), g.size(), "global_avg_pool_backward dx");
   const std::int64_t spatial = g.spatial;
   const T inv = T(1) / static_cast<T>(spatial);
-  Kokkos::parallel_for(
-      "hpctrain::global_avg_pool_backward", Range(0, g.batch * g.channels), KOKKOS_LAMBDA(const std::int64_t row) {
+  detail::host_parallel_for(
+      "hpctrain::global_avg_pool_backward", g.batch * g.channels, KOKKOS_LAMBDA(const std::int64_t row) {
         const T v = dy(row) * inv;
         for (std::int64_t i = 0; i < spatial; ++i) dx(row * spatial + i) = v;
-      });
+      },
+      spatial);
 }
 
 #define HPCTRAIN_INSTANTIATE(T)                                                                          \

@@ -173,12 +173,11 @@ def main():
         if "3 micro-shards per global batch: 1 of the 4 ranks hold none" not in wide4["out"]:
             failures.append("np 4 at micro-shard 32: no idle-rank note:\n" + wide4["out"])
 
-    # The MLP, the CNN and the ResNet run grouped passes (a pass per aligned node of a rank's
-    # micro-shards, the gradients summed over the micro-shard leaves in the kernels; the
-    # convolutions run their leaves side by side on the rank's threads; batch norm normalises
-    # each leaf with its own statistics); a pass per micro-shard must give the same bytes. The
-    # transformer has layers without leaf rows and runs a pass per micro-shard either way.
-    grouped = a.model in ("mlp", "cnn", "resnet")
+    # Every model here runs grouped passes (a pass per aligned node of a rank's micro-shards, the
+    # gradients summed over the micro-shard leaves in the kernels; the convolutions run their
+    # leaves side by side on the rank's threads; batch norm normalises each leaf with its own
+    # statistics; the attention runs leaf by leaf); a pass per micro-shard must give the same bytes.
+    grouped = a.model in ("mlp", "cnn", "resnet", "transformer")
     if grouped:
         passes = train_run("passes-ms-np3", 3, [], extra_env={"HPCTRAIN_DETERMINISTIC_PASSES": "micro-shard"})
         if not same(passes, runs[1]):
@@ -196,12 +195,21 @@ def main():
         failures.append("np 1 with 2 threads per rank differs from np 1 with 1")
     if "oneDNN: 1, thread-count-independent kernels: 2" not in two["out"]:
         failures.append("2 threads per rank: the start-up line does not give the kernels' threads:\n" + two["out"])
-    # Models with layers on the held oneDNN (not grouped passes: the transformer) say that one
-    # rank per core is faster; the others (grouped passes on the rank's threads) do not.
+    # A pass per micro-shard (HPCTRAIN_DETERMINISTIC_PASSES=micro-shard, or a model with a layer
+    # without leaf rows) runs its layers on the held oneDNN: the start-up says that one rank per
+    # core is faster there, and not for grouped passes on the rank's threads. Same bytes.
     idle_threads = "leave 1 idle there; one rank per core"
     if (idle_threads in two["out"]) == grouped:
         failures.append("2 threads per rank: the one-rank-per-core note is %s for %s:\n%s" %
                         ("printed" if grouped else "missing", a.model, two["out"]))
+    if grouped:
+        two_ms = train_run("threads2-ms-np1", 1, [], extra_env={"HPCTRAIN_THREADS_PER_RANK": "2",
+                                                                "HPCTRAIN_DETERMINISTIC_PASSES": "micro-shard"})
+        if not same(two_ms, runs[1]):
+            failures.append("a pass per micro-shard at 2 threads per rank differs from np 1 with 1")
+        if idle_threads not in two_ms["out"]:
+            failures.append("a pass per micro-shard at 2 threads per rank: no one-rank-per-core note:\n" +
+                            two_ms["out"])
     if any(idle_threads in r["out"] for r in runs.values()):
         failures.append("the one-rank-per-core note at one thread per rank")
 
