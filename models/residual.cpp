@@ -88,6 +88,12 @@ bool Residual<T>::supports_gradient_leaves() const {
 }
 
 template <class T>
+bool Residual<T>::leaves_one_at_a_time() const {
+  const std::vector<Layer<T>*> all = parts();
+  return std::any_of(all.begin(), all.end(), [](const Layer<T>* part) { return part->leaves_one_at_a_time(); });
+}
+
+template <class T>
 void Residual<T>::set_gradient_leaves(std::int64_t rows) {
   HPCTRAIN_REQUIRE(rows == 0 || supports_gradient_leaves(),
                    "residual: a part cannot sum its gradients over leaves");

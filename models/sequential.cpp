@@ -160,6 +160,11 @@ bool Sequential<T>::supports_gradient_leaves() const {
 }
 
 template <class T>
+bool Sequential<T>::leaves_one_at_a_time() const {
+  return std::any_of(layers_.begin(), layers_.end(), [](const auto& layer) { return layer->leaves_one_at_a_time(); });
+}
+
+template <class T>
 void Sequential<T>::set_gradient_leaves(std::int64_t rows) {
   HPCTRAIN_REQUIRE(rows >= 0, "set_gradient_leaves: " + std::to_string(rows) + " rows per leaf");
   for (auto& layer : layers_) {

@@ -237,6 +237,11 @@ TEST(Sequential, GroupedPassEqualsTheTreeOfMicroShardPasses) {
   }
   EXPECT_FALSE(MaxPool2D<float>(3, 2).supports_gradient_leaves());  // overlapping windows: atomic adds
   EXPECT_TRUE(MaxPool2D<float>(2).supports_gradient_leaves());
+  // Only the attention runs its leaves one at a time on the held oneDNN (the start-up note).
+  EXPECT_TRUE(build_model<float>(json{{"name", "transformer"}})->leaves_one_at_a_time());
+  for (const char* name : {"mlp", "cnn", "resnet"}) {
+    EXPECT_FALSE(build_model<float>(json{{"name", name}})->leaves_one_at_a_time()) << name;
+  }
   Sequential<float> overlapping({1, 8, 8});
   overlapping.add(std::make_unique<MaxPool2D<float>>(3, 2));
   overlapping.finalize(1);

@@ -81,10 +81,10 @@ void ProgressReport::print_start(const RunDescription& run) const {
                   static_cast<long long>(shards), static_cast<long long>(comm_.size() - shards), comm_.size());
     }
     if (run.library_bound_passes && run.kernel_threads > 1) {
-      std::printf("hpctrain: note: deterministic mode runs a pass per micro-shard here (HPCTRAIN_DETERMINISTIC_PASSES="
-                  "micro-shard, or a layer without leaf rows such as max-pooling with overlapping windows) with oneDNN "
-                  "held at one thread, and %d threads per rank leave %d idle there; one rank per core "
-                  "(--threads-per-rank 1, %d times the ranks) gives the same bytes faster (docs/deterministic.md)\n",
+      std::printf("hpctrain: note: deterministic mode runs micro-shards one at a time on oneDNN held at one thread "
+                  "here (the attention's; every layer with HPCTRAIN_DETERMINISTIC_PASSES=micro-shard or a layer without "
+                  "leaf rows), and %d threads per rank leave %d idle there; one rank per core (--threads-per-rank 1, "
+                  "%d times the ranks) gives the same bytes faster (docs/deterministic.md)\n",
                   run.kernel_threads, run.kernel_threads - 1, run.kernel_threads);
     }
     // Two or more micro-shards per rank: the largest micro-shard that still gives every rank one

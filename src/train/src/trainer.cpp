@@ -438,7 +438,8 @@ TrainResult run_training(const TrainOptions& o, coll::Communicator& comm) {
                                     (plan.batches_per_epoch() + o.accumulate - 1) / o.accumulate, gradient_buckets,
                                     single_threaded ? single_threaded->blas_threads() : 0,
                                     single_threaded ? single_threaded->kernel_threads() : 0, in_memory.has_value(),
-                                    o.deterministic && !(model->supports_gradient_leaves() && grouped_deterministic_passes_from_environment())});
+                                    o.deterministic && (!(model->supports_gradient_leaves() && grouped_deterministic_passes_from_environment()) ||
+                                                       model->leaves_one_at_a_time())});
 
   TrainingLoop loop{o, comm, train_source, in_memory ? 0 : o.prefetch_depth, eval_reader, *model, plan, *sync, *optimizer, schedule, timeline,
                     checkpoints, report, start.step, ThroughputMeter(start.step, o.warmup_steps_for_throughput),

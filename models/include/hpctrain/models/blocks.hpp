@@ -123,6 +123,7 @@ class Residual final : public Layer<T> {
   /// Leaf rows where every part has them; the sum and its ReLU are row-wise.
   bool supports_gradient_leaves() const override;
   void set_gradient_leaves(std::int64_t rows) override;
+  bool leaves_one_at_a_time() const override;
 
  protected:
   void on_bound() override;

@@ -84,6 +84,10 @@ class Layer {
   /// dropout) are so at any L; batch norm normalises each leaf with its own statistics (as a pass
   /// of that leaf alone); a layer without such kernels is not.
   virtual bool supports_gradient_leaves() const { return false; }
+  /// Whether, with leaf rows, the layer still runs its leaves one after another on a library
+  /// deterministic training holds at one thread (oneDNN), so a rank's other threads idle there:
+  /// the start-up then says that one rank per core is faster.
+  virtual bool leaves_one_at_a_time() const { return false; }
   /// Sets L (0: off, the default; the layer then sums over all rows as it always has).
   /// Composite layers (Residual) hand it on to their parts.
   virtual void set_gradient_leaves(std::int64_t rows) { leaf_rows_ = rows; }

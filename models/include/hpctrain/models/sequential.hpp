@@ -77,6 +77,8 @@ class Sequential {
   /// Whether every layer supports leaf rows (Layer::supports_gradient_leaves): deterministic
   /// training can then run a node of micro-shards as one pass.
   bool supports_gradient_leaves() const;
+  /// Whether a layer runs its leaves one at a time on a held library (Layer::leaves_one_at_a_time).
+  bool leaves_one_at_a_time() const;
   /// Leaf rows for every layer (0: off). With L > 0 a forward and backward over any rows give
   /// the bits of L-row passes' outputs, and parameter gradients that are the L-row leaves'
   /// separate gradients summed over core/leaf_tree.hpp's tree (written: begin_gradients first).

@@ -109,6 +109,8 @@ class MultiHeadSelfAttention final : public Layer<T> {
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
   bool supports_gradient_leaves() const override { return true; }
+  /// The attention's batched matmuls and softmax run leaf by leaf, one leaf after another.
+  bool leaves_one_at_a_time() const override { return true; }
 
  private:
   /// qkv_ -> attn_ (probabilities) -> context_ for samples [first, first + count).
