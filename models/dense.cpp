@@ -33,13 +33,9 @@ Tensor<T> Dense<T>::forward(const Tensor<T>& x, bool /*train*/) {
                                             " features per sample");
   x_ = x;
   core::ensure_shape(y_, "hpctrain::dense::y", {n, out_});
-  const std::int64_t leaf = this->gradient_leaf_rows();
-  if (leaf <= 0) {
-    detail::row_affine_forward(x.data, n, in_, out_, this->param(0).data, this->param(1).data, y_.data);
-  } else {  // each leaf's rows as a batch of them alone gives them
-    core::linear_forward_in_leaves(leaf, core::as_matrix(x.data, n, in_), core::as_matrix(this->param(0).data, out_, in_),
-                                   this->param(1).data, core::as_matrix(y_.data, n, out_));
-  }
+  // With leaves: each leaf's rows as a batch of them alone gives them.
+  detail::row_affine_forward(x.data, n, in_, out_, this->param(0).data, this->param(1).data, y_.data,
+                             this->gradient_leaf_rows());
   return y_;
 }
 
@@ -57,19 +53,10 @@ Tensor<T> Dense<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   const std::int64_t leaf = this->gradient_leaf_rows();
   // With leaves, even a one-leaf pass takes the leaf path: a leaf's gradient must come from the
   // same kernels in every pass (a rank may hold one micro-shard or eight).
-  if (leaf <= 0) {
-    detail::row_affine_backward(dy.data, x_.data, n, in_, out_, this->param(0).data, this->grad(0).data,
-                                this->grad(1).data, dx, write);
-    return need_input_grad ? dx_ : Tensor<T>();
-  }
-  HPCTRAIN_REQUIRE(write, "dense: gradients over leaves are written, not added (Sequential::begin_gradients first)");
-  const core::Matrix<T> dym = core::as_matrix(dy.data, n, out_);
-  core::gemm_tn_leaf_tree(leaf, dym, core::as_matrix(x_.data, n, in_), core::as_matrix(this->grad(0).data, out_, in_));
-  core::column_sums_leaf_tree(leaf, dym, this->grad(1).data);
-  if (dx.data() != nullptr) {
-    core::gemm_in_leaves(leaf, core::Trans::no, T(1), dym, core::as_matrix(this->param(0).data, out_, in_), T(0),
-                         core::as_matrix(dx, n, in_));
-  }
+  HPCTRAIN_REQUIRE(leaf <= 0 || write,
+                   "dense: gradients over leaves are written, not added (Sequential::begin_gradients first)");
+  detail::row_affine_backward(dy.data, x_.data, n, in_, out_, this->param(0).data, this->grad(0).data,
+                              this->grad(1).data, dx, write, leaf);
   return need_input_grad ? dx_ : Tensor<T>();
 }
 
