@@ -65,26 +65,33 @@ core::Vec<T> BatchNorm2D<T>::leaf_rows(const core::Vec<T>& v, std::int64_t l) co
 }
 
 template <class T>
-void BatchNorm2D<T>::batch_statistics(const Tensor<T>& x, std::int64_t l) {
+void BatchNorm2D<T>::batch_statistics(const Tensor<T>& x) {
   const auto c = static_cast<std::size_t>(channels_);
-  const core::ChannelGeometry g = leaf_geometry(l);
-  const Doubles moments = leaf_part(moments_, l, 2 * channels_);
-  core::channel_moments(g, leaf_rows(x.data, l), this->param(kRunningMean).data, moments);
-  // This rank's shifted sums and element count; moments_ keeps the local sums for backward.
-  std::vector<double> total = core::to_host(core::Vec<double>(moments));
-  total.push_back(static_cast<double>(g.batch * g.spatial));
-  if (reducer_) reducer_(total.data(), total.size());
-  const double count = stat_counts_[static_cast<std::size_t>(l)] = total[2 * c];
-  const std::vector<T> shift = core::to_host(this->param(kRunningMean).data);
-  std::vector<double> mean(c), rstd(c);
-  for (std::size_t i = 0; i < c; ++i) {
-    const double offset = count > 0 ? total[i] / count : 0.0;
-    const double var = count > 0 ? std::max(0.0, total[c + i] / count - offset * offset) : 0.0;
-    mean[i] = static_cast<double>(shift[i]) + offset;
-    rstd[i] = 1.0 / std::sqrt(var + eps_);
+  for (std::int64_t l = 0; l < leaves_; ++l) {
+    core::channel_moments(leaf_geometry(l), leaf_rows(x.data, l), this->param(kRunningMean).data,
+                          leaf_part(moments_, l, 2 * channels_));
   }
-  core::from_host(core::Vec<double>(leaf_part(mean_, l, channels_)), mean);
-  core::from_host(core::Vec<double>(leaf_part(rstd_, l, channels_)), rstd);
+  // This rank's shifted sums (moments_ keeps them for backward) and element counts, every
+  // leaf's in one copy to the host.
+  const std::vector<double> moments = core::to_host(core::Vec<double>(moments_));
+  const std::vector<T> shift = core::to_host(this->param(kRunningMean).data);
+  std::vector<double> mean(moments.size() / 2), rstd(moments.size() / 2);
+  for (std::size_t l = 0; l < static_cast<std::size_t>(leaves_); ++l) {
+    std::vector<double> total(moments.begin() + static_cast<std::ptrdiff_t>(2 * c * l),
+                              moments.begin() + static_cast<std::ptrdiff_t>(2 * c * (l + 1)));
+    const core::ChannelGeometry g = leaf_geometry(static_cast<std::int64_t>(l));
+    total.push_back(static_cast<double>(g.batch * g.spatial));
+    if (reducer_) reducer_(total.data(), total.size());  // one leaf: forward() says so
+    const double count = stat_counts_[l] = total[2 * c];
+    for (std::size_t i = 0; i < c; ++i) {
+      const double offset = count > 0 ? total[i] / count : 0.0;
+      const double var = count > 0 ? std::max(0.0, total[c + i] / count - offset * offset) : 0.0;
+      mean[l * c + i] = static_cast<double>(shift[i]) + offset;
+      rstd[l * c + i] = 1.0 / std::sqrt(var + eps_);
+    }
+  }
+  core::from_host(core::Vec<double>(mean_), mean);
+  core::from_host(core::Vec<double>(rstd_), rstd);
 }
 
 template <class T>
@@ -117,9 +124,12 @@ Tensor<T> BatchNorm2D<T>::forward(const Tensor<T>& x, bool train) {
   stat_counts_.assign(static_cast<std::size_t>(leaves_), 0.0);
   core::ensure_shape(xhat_, "hpctrain::batchnorm::xhat", x.shape);
   core::ensure_shape(y_, "hpctrain::batchnorm::y", x.shape);
-  if (!train) running_statistics();
+  if (train) {
+    batch_statistics(x);
+  } else {
+    running_statistics();
+  }
   for (std::int64_t l = 0; l < leaves_; ++l) {
-    if (train) batch_statistics(x, l);
     core::batch_norm_forward(leaf_geometry(l), leaf_rows(x.data, l), leaf_part(mean_, l, channels_),
                              leaf_part(rstd_, l, channels_), this->param(kGamma).data, this->param(kBeta).data,
                              relu_, leaf_rows(xhat_.data, l), leaf_rows(y_.data, l));
@@ -151,40 +161,36 @@ void BatchNorm2D<T>::accumulate_gradients() {
     return;
   }
   // Leaves run in training only. Leaf l's terms, as a pass of it alone adds them into zeroed
-  // gradients: [dgamma | dbeta | dmean | dvar | count], each T(0) + its value (so never -0).
-  const auto cs = static_cast<std::size_t>(c), width = 4 * cs + 1;
-  const std::vector<double> sums = core::to_host(core::Vec<double>(sums_));
-  const std::vector<double> moments = core::to_host(core::Vec<double>(moments_));
-  std::vector<std::vector<T>> slots(static_cast<std::size_t>(core::leaf_tree_depth(leaves_)), std::vector<T>(width));
-  core::leaf_tree_sum(
-      leaves_,
-      [&](std::int64_t l, int slot) {
-        std::vector<T>& s = slots[static_cast<std::size_t>(slot)];
-        const std::size_t o = static_cast<std::size_t>(l) * 2 * cs;
-        for (std::size_t i = 0; i < cs; ++i) {
-          s[i] = T(0) + static_cast<T>(sums[o + cs + i]);
-          s[cs + i] = T(0) + static_cast<T>(sums[o + i]);
-          s[2 * cs + i] = T(0) + static_cast<T>(moments[o + i]);
-          s[3 * cs + i] = T(0) + static_cast<T>(moments[o + cs + i]);
-        }
-        const core::ChannelGeometry g = leaf_geometry(l);
-        s[4 * cs] = T(0) + static_cast<T>(g.batch * g.spatial);
-      },
-      [&](int dst, int src) {
-        std::vector<T>& d = slots[static_cast<std::size_t>(dst)];
-        const std::vector<T>& r = slots[static_cast<std::size_t>(src)];
-        for (std::size_t i = 0; i < width; ++i) d[i] += r[i];
-      });
-  const core::Vec<T> tree("hpctrain::batchnorm::leaf_tree", width);
-  core::from_host(tree, slots[0]);
+  // gradients: [dgamma | dbeta | dmean | dvar | count], each T(0) + its value (so never -0),
+  // then over the leaf tree in place, one thread per term.
+  const std::int64_t width = 4 * c + 1, leaves = leaves_, leaf_rows = leaf_rows_, batch = g_.batch;
+  const std::int64_t spatial = g_.spatial;
+  if (static_cast<std::int64_t>(leaf_terms_.extent(0)) < leaves * width) {
+    leaf_terms_ = core::Vec<T>("hpctrain::batchnorm::leaf_terms", static_cast<std::size_t>(leaves * width));
+  }
+  const core::Vec<T> terms = leaf_terms_;
+  const Doubles sums = sums_, moments = moments_;
   Kokkos::parallel_for(
-      "hpctrain::batchnorm::accumulate_leaves", Kokkos::RangePolicy<core::ExecSpace>(0, c),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        dgamma(i) += tree(i);
-        dbeta(i) += tree(c + i);
-        dmean(i) += tree(2 * c + i);
-        dvar(i) += tree(3 * c + i);
-        if (i == 0) tracked(0) += tree(4 * c);
+      "hpctrain::batchnorm::accumulate_leaves", Kokkos::RangePolicy<core::ExecSpace>(0, width),
+      KOKKOS_LAMBDA(const std::int64_t j) {
+        const std::int64_t block = j / c, i = j % c;
+        for (std::int64_t l = 0; l < leaves; ++l) {
+          const std::int64_t o = l * 2 * c;
+          const std::int64_t rows = leaf_rows < batch - l * leaf_rows ? leaf_rows : batch - l * leaf_rows;
+          const double v = block == 0 ? sums(o + c + i)
+                           : block == 1 ? sums(o + i)
+                           : block == 2 ? moments(o + i)
+                           : block == 3 ? moments(o + c + i)
+                                        : static_cast<double>(rows * spatial);
+          terms(l * width + j) = T(0) + static_cast<T>(v);
+        }
+        core::leaf_tree_sum_in_place(leaves, [&](std::int64_t l) -> T& { return terms(l * width + j); });
+        const T total = terms(j);
+        if (block == 0) dgamma(i) += total;
+        if (block == 1) dbeta(i) += total;
+        if (block == 2) dmean(i) += total;
+        if (block == 3) dvar(i) += total;
+        if (block == 4) tracked(0) += total;
       });
 }
 

@@ -3,8 +3,6 @@
 #include "hpctrain/core/layer_norm.hpp"
 #include "hpctrain/models/transformer_layers.hpp"
 
-#include <algorithm>
-
 namespace hpctrain::models {
 
 template <class T>
@@ -48,8 +46,7 @@ Tensor<T> LayerNorm<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   const std::int64_t rows = x_.size() / dim_;
   HPCTRAIN_REQUIRE(dy.size() == x_.size(), "layer_norm: output gradient shape " +
                                                core::shape_string(dy.shape) + " does not match");
-  // Leaf rows are in samples; a sample is rows / N rows of dim_ values.
-  const std::int64_t leaf = this->gradient_leaf_rows() * (rows / std::max<std::int64_t>(x_.dim(0), 1));
+  const std::int64_t leaf = this->gradient_leaf_rows_of(x_, dim_);
   const auto partial_size = static_cast<std::size_t>(
       leaf > 0 ? core::layer_norm_leaf_tree_workspace(rows, dim_, leaf) : core::layer_norm_partial_rows(rows) * 2 * dim_);
   if (partial_sums_.extent(0) != partial_size) {

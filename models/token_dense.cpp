@@ -36,7 +36,7 @@ Tensor<T> TokenDense<T>::forward(const Tensor<T>& x, bool /*train*/) {
   out.back() = out_;
   core::ensure_shape(y_, "hpctrain::token_dense::y", out);
   detail::row_affine_forward(x.data, rows, in_, out_, this->param(0).data, this->param(1).data,
-                             y_.data, leaf_token_rows());
+                             y_.data, this->gradient_leaf_rows_of(x_, in_));
   return y_;
 }
 
@@ -54,14 +54,8 @@ Tensor<T> TokenDense<T>::backward(const Tensor<T>& dy, bool need_input_grad) {
   // it does not, and zeroes them instead).
   detail::row_affine_backward(dy.data, x_.data, rows, in_, out_, this->param(0).data,
                               this->grad(0).data, this->grad(1).data, dx, this->take_write_gradients(),
-                              leaf_token_rows());
+                              this->gradient_leaf_rows_of(x_, in_));
   return need_input_grad ? dx_ : Tensor<T>();
-}
-
-template <class T>
-std::int64_t TokenDense<T>::leaf_token_rows() const {
-  const std::int64_t samples = x_.dim(0);
-  return samples > 0 ? this->gradient_leaf_rows() * (x_.size() / in_ / samples) : 0;
 }
 
 template class TokenDense<float>;

@@ -418,16 +418,12 @@ void conv2d_backward_in_leaves(std::int64_t leaf_rows, const Conv2dGeometry& g, 
                       input_grad ? slice(dx, first * in_row, rows * in_row) : Vec<T>());
     });
   }
-  // The leaves' gradients over the tree, in place: slot s holds the node whose leftmost leaf's
-  // buffer it names.
-  std::vector<std::int64_t> slot(static_cast<std::size_t>(leaf_tree_depth(leaves)));
-  leaf_tree_sum(
-      leaves, [&](std::int64_t l, int s) { slot[static_cast<std::size_t>(s)] = l; },
-      [&](int dst, int src) {
-        const Vec<T> d = leaf_grads(slot[static_cast<std::size_t>(dst)]);
-        add(d, leaf_grads(slot[static_cast<std::size_t>(src)]), false, d);
-      });
-  const Vec<T> sum = leaf_grads(slot[0]);
+  // The leaves' gradients over the tree, in their own buffers.
+  leaf_tree_add_in_place(leaves, [&](std::int64_t i, std::int64_t j) {
+    const Vec<T> d = leaf_grads(i);
+    add(d, leaf_grads(j), false, d);
+  });
+  const Vec<T> sum = leaf_grads(0);
   add(dw, slice(sum, 0, nw), false, dw);
   add(db, slice(sum, nw, g.out_channels), false, db);
 }

@@ -61,8 +61,8 @@ class BatchNorm2D final : public Layer<T> {
   core::Vec<T> leaf_rows(const core::Vec<T>& v, std::int64_t l) const;
   core::ChannelGeometry leaf_geometry(std::int64_t l) const;
   core::ChannelGeometry geometry(const Tensor<T>& x) const;
-  /// Leaf l's batch mean and rstd from this rank's moments (reduced over the ranks with a reducer).
-  void batch_statistics(const Tensor<T>& x, std::int64_t l);
+  /// Every leaf's batch mean and rstd from this rank's moments (reduced over the ranks with a reducer).
+  void batch_statistics(const Tensor<T>& x);
   void running_statistics();
   /// The parameter gradients from the backward sums: added as they are (one leaf), or each
   /// leaf's terms into zeros, then over the leaf tree, then added.
@@ -77,6 +77,7 @@ class BatchNorm2D final : public Layer<T> {
   std::int64_t leaf_rows_ = 0, leaves_ = 1;  ///< the last forward's leaves (one: all rows)
   std::vector<double> stat_counts_;  ///< per leaf: elements per channel behind mean_/rstd_ (global with a reducer)
   Doubles moments_, mean_, rstd_, sums_;  ///< per leaf: [2C], [C], [C], [2C]
+  core::Vec<T> leaf_terms_;  ///< per leaf: the gradient terms [4C + 1] that backward adds over the tree
   Tensor<T> xhat_, y_, dx_;
 };
 

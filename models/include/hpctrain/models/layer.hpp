@@ -110,6 +110,12 @@ class Layer {
   bool take_write_gradients() { return std::exchange(write_gradients_, false); }
   /// The leaf rows set_gradient_leaves() set (0: off).
   std::int64_t gradient_leaf_rows() const { return leaf_rows_; }
+  /// The same leaves in rows of `width` values of the batch `x` (a layer that maps every token
+  /// of a sample as a row of its own): the leaf samples times such rows per sample; 0 when off.
+  std::int64_t gradient_leaf_rows_of(const Tensor<T>& x, std::int64_t width) const {
+    const std::int64_t samples = x.rank() > 0 ? x.dim(0) : 0;
+    return samples > 0 ? leaf_rows_ * (x.size() / width / samples) : 0;
+  }
 
  private:
   std::vector<NamedTensor<T>> named(const std::vector<Tensor<T>>& tensors) const;

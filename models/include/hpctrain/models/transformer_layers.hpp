@@ -145,8 +145,6 @@ class TokenDense final : public Layer<T> {
   bool supports_gradient_leaves() const override { return true; }
 
  private:
-  /// The leaf rows in token rows (rows of `in` values): L times a sample's tokens; 0 when off.
-  std::int64_t leaf_token_rows() const;
   std::int64_t in_, out_;
   core::Init init_;
   Tensor<T> x_, y_, dx_;

@@ -81,16 +81,23 @@ void leaf_tree_sum(std::int64_t leaves, const Compute& compute, const Add& add, 
   }
 }
 
-/// leaf_tree_sum() over terms already in place, for a kernel's thread: node(l) (a reference)
-/// holds leaf l's term for l < leaves, and on return node(0) holds the sum. Level by level, node
-/// i (a multiple of 2w) adds node i + w where that holds a leaf: the tree's additions exactly
-/// (a right-clipped node is its left child alone), without stack or exceptions, so device code
-/// can call it. leaves <= 0 leaves node(0) as it is.
+/// The additions of leaf_tree_sum() over leaves already in place: add(i, j) adds leaf j's
+/// node into leaf i's (i < j), and at the end leaf 0's holds the sum. Level by level, node i (a
+/// multiple of 2w) adds node i + w where that holds a leaf: the tree's additions exactly (a
+/// right-clipped node is its left child alone), without stack or exceptions, so device code can
+/// call it. leaves <= 1 adds nothing.
+template <class Add>
+KOKKOS_INLINE_FUNCTION void leaf_tree_add_in_place(std::int64_t leaves, const Add& add) {
+  for (std::int64_t w = 1; w < leaves; w *= 2) {
+    for (std::int64_t i = 0; i + w < leaves; i += 2 * w) add(i, i + w);
+  }
+}
+
+/// leaf_tree_add_in_place() on single values, for a kernel's thread: node(l) (a reference)
+/// holds leaf l's term, and on return node(0) holds the sum.
 template <class Node>
 KOKKOS_INLINE_FUNCTION void leaf_tree_sum_in_place(std::int64_t leaves, const Node& node) {
-  for (std::int64_t w = 1; w < leaves; w *= 2) {
-    for (std::int64_t i = 0; i + w < leaves; i += 2 * w) node(i) += node(i + w);
-  }
+  leaf_tree_add_in_place(leaves, [&](std::int64_t i, std::int64_t j) { node(i) += node(j); });
 }
 
 }  // namespace hpctrain::core
