@@ -9,8 +9,71 @@
 namespace hpctrain::models {
 
 namespace {
+using Doubles = Kokkos::View<double*, core::MemSpace>;
+
 // Parameter slots, in spec order.
 constexpr std::size_t kGamma = 0, kBeta = 1, kRunningMean = 2, kRunningVar = 3, kTracked = 4;
+
+/// The gradient slots backward() adds into (free functions: CUDA's extended lambdas may not sit
+/// in a class's private member functions).
+template <class T>
+struct BatchNormGradients {
+  core::Vec<T> dgamma, dbeta, dmean, dvar, tracked;
+};
+
+/// One batch (no leaves): the backward sums and moments as they are, `count` elements.
+template <class T>
+void add_batch_terms(const BatchNormGradients<T>& grads, const Doubles& sums, const Doubles& moments, std::int64_t c,
+                     T count, bool train) {
+  const core::Vec<T> dgamma = grads.dgamma, dbeta = grads.dbeta, dmean = grads.dmean, dvar = grads.dvar;
+  const core::Vec<T> tracked = grads.tracked;
+  Kokkos::parallel_for(
+      "hpctrain::batchnorm::accumulate", Kokkos::RangePolicy<core::ExecSpace>(0, c),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        dgamma(i) += static_cast<T>(sums(c + i));
+        dbeta(i) += static_cast<T>(sums(i));
+        if (train) {
+          dmean(i) += static_cast<T>(moments(i));
+          dvar(i) += static_cast<T>(moments(c + i));
+          if (i == 0) tracked(0) += count;
+        }
+      });
+}
+
+/// Leaves (training only). Leaf l's terms, as a pass of it alone adds them into zeroed
+/// gradients: [dgamma | dbeta | dmean | dvar | count] into terms[l, 4C + 1], each T(0) + its
+/// value (so never -0), then over the leaf tree in place, one thread per term, and added.
+template <class T>
+void add_leaf_terms(const BatchNormGradients<T>& grads, const Doubles& sums, const Doubles& moments, std::int64_t c,
+                    const core::ChannelGeometry& g, std::int64_t leaf_rows, std::int64_t leaves,
+                    const core::Vec<T>& terms) {
+  const core::Vec<T> dgamma = grads.dgamma, dbeta = grads.dbeta, dmean = grads.dmean, dvar = grads.dvar;
+  const core::Vec<T> tracked = grads.tracked;
+  const std::int64_t width = 4 * c + 1, batch = g.batch, spatial = g.spatial;
+  Kokkos::parallel_for(
+      "hpctrain::batchnorm::accumulate_leaves", Kokkos::RangePolicy<core::ExecSpace>(0, width),
+      KOKKOS_LAMBDA(const std::int64_t j) {
+        const std::int64_t block = j / c, i = j % c;
+        for (std::int64_t l = 0; l < leaves; ++l) {
+          const std::int64_t o = l * 2 * c;
+          const std::int64_t rows = leaf_rows < batch - l * leaf_rows ? leaf_rows : batch - l * leaf_rows;
+          const double v = block == 0 ? sums(o + c + i)
+                           : block == 1 ? sums(o + i)
+                           : block == 2 ? moments(o + i)
+                           : block == 3 ? moments(o + c + i)
+                                        : static_cast<double>(rows * spatial);
+          terms(l * width + j) = T(0) + static_cast<T>(v);
+        }
+        core::leaf_tree_sum_in_place(leaves, [&](std::int64_t l) -> T& { return terms(l * width + j); });
+        const T total = terms(j);
+        if (block == 0) dgamma(i) += total;
+        if (block == 1) dbeta(i) += total;
+        if (block == 2) dmean(i) += total;
+        if (block == 3) dvar(i) += total;
+        if (block == 4) tracked(0) += total;
+      });
+}
+
 }  // namespace
 
 template <class T>
@@ -139,59 +202,17 @@ Tensor<T> BatchNorm2D<T>::forward(const Tensor<T>& x, bool train) {
 
 template <class T>
 void BatchNorm2D<T>::accumulate_gradients() {
-  const std::int64_t c = channels_;
-  const core::Vec<T> dgamma = this->grad(kGamma).data, dbeta = this->grad(kBeta).data;
-  const core::Vec<T> dmean = this->grad(kRunningMean).data, dvar = this->grad(kRunningVar).data;
-  const core::Vec<T> tracked = this->grad(kTracked).data;
-  const bool train = train_;
+  const BatchNormGradients<T> grads{this->grad(kGamma).data, this->grad(kBeta).data, this->grad(kRunningMean).data,
+                                    this->grad(kRunningVar).data, this->grad(kTracked).data};
   if (leaves_ == 1) {
-    const Doubles sums = sums_, moments = moments_;
-    const auto count = static_cast<T>(g_.batch * g_.spatial);
-    Kokkos::parallel_for(
-        "hpctrain::batchnorm::accumulate", Kokkos::RangePolicy<core::ExecSpace>(0, c),
-        KOKKOS_LAMBDA(const std::int64_t i) {
-          dgamma(i) += static_cast<T>(sums(c + i));
-          dbeta(i) += static_cast<T>(sums(i));
-          if (train) {
-            dmean(i) += static_cast<T>(moments(i));
-            dvar(i) += static_cast<T>(moments(c + i));
-            if (i == 0) tracked(0) += count;
-          }
-        });
+    add_batch_terms(grads, sums_, moments_, channels_, static_cast<T>(g_.batch * g_.spatial), train_);
     return;
   }
-  // Leaves run in training only. Leaf l's terms, as a pass of it alone adds them into zeroed
-  // gradients: [dgamma | dbeta | dmean | dvar | count], each T(0) + its value (so never -0),
-  // then over the leaf tree in place, one thread per term.
-  const std::int64_t width = 4 * c + 1, leaves = leaves_, leaf_rows = leaf_rows_, batch = g_.batch;
-  const std::int64_t spatial = g_.spatial;
-  if (static_cast<std::int64_t>(leaf_terms_.extent(0)) < leaves * width) {
-    leaf_terms_ = core::Vec<T>("hpctrain::batchnorm::leaf_terms", static_cast<std::size_t>(leaves * width));
+  const std::int64_t width = 4 * channels_ + 1;
+  if (static_cast<std::int64_t>(leaf_terms_.extent(0)) < leaves_ * width) {
+    leaf_terms_ = core::Vec<T>("hpctrain::batchnorm::leaf_terms", static_cast<std::size_t>(leaves_ * width));
   }
-  const core::Vec<T> terms = leaf_terms_;
-  const Doubles sums = sums_, moments = moments_;
-  Kokkos::parallel_for(
-      "hpctrain::batchnorm::accumulate_leaves", Kokkos::RangePolicy<core::ExecSpace>(0, width),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        const std::int64_t block = j / c, i = j % c;
-        for (std::int64_t l = 0; l < leaves; ++l) {
-          const std::int64_t o = l * 2 * c;
-          const std::int64_t rows = leaf_rows < batch - l * leaf_rows ? leaf_rows : batch - l * leaf_rows;
-          const double v = block == 0 ? sums(o + c + i)
-                           : block == 1 ? sums(o + i)
-                           : block == 2 ? moments(o + i)
-                           : block == 3 ? moments(o + c + i)
-                                        : static_cast<double>(rows * spatial);
-          terms(l * width + j) = T(0) + static_cast<T>(v);
-        }
-        core::leaf_tree_sum_in_place(leaves, [&](std::int64_t l) -> T& { return terms(l * width + j); });
-        const T total = terms(j);
-        if (block == 0) dgamma(i) += total;
-        if (block == 1) dbeta(i) += total;
-        if (block == 2) dmean(i) += total;
-        if (block == 3) dvar(i) += total;
-        if (block == 4) tracked(0) += total;
-      });
+  add_leaf_terms(grads, sums_, moments_, channels_, g_, leaf_rows_, leaves_, leaf_terms_);
 }
 
 template <class T>
