@@ -1,8 +1,6 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/counter_rng.hpp"
-#include "hpctrain/core/leaf_tree.hpp"
 #include "hpctrain/models/layers.hpp"
-
 
 namespace hpctrain::models {
 
@@ -16,19 +14,12 @@ template <class T>
 ActivationLayer<T>::ActivationLayer(Activation activation) : activation_(activation) {}
 
 namespace {
-/// apply(first, count) over the elements of `x`'s rows: in leaves of `leaf_rows` rows (each leaf
-/// a call of its own, so its elements get the bits a batch of its rows alone gets), or once
-/// over all rows (leaf_rows 0, or no more rows than a leaf).
-template <class T, class Apply>
-void in_leaves(std::int64_t leaf_rows, const Tensor<T>& x, const Apply& apply) {
+/// The elements per leaf of `x`'s rows in leaves of `leaf_rows` rows (core::gelu_*_in_leaves),
+/// 0 (one call) without leaves.
+template <class T>
+std::int64_t leaf_elements(std::int64_t leaf_rows, const Tensor<T>& x) {
   const std::int64_t rows = x.rank() == 0 ? 0 : x.dim(0);
-  if (leaf_rows <= 0 || rows <= leaf_rows) {
-    apply(std::int64_t{0}, x.size());
-    return;
-  }
-  const std::int64_t per_row = x.size() / rows;
-  core::for_each_leaf(leaf_rows, rows,
-                      [&](std::int64_t first, std::int64_t count) { apply(first * per_row, count * per_row); });
+  return leaf_rows <= 0 || rows == 0 ? 0 : leaf_rows * (x.size() / rows);
 }
 }  // namespace
 
@@ -39,9 +30,7 @@ Tensor<T> ActivationLayer<T>::forward(const Tensor<T>& x, bool /*train*/) {
   if (activation_ == Activation::relu) {
     core::relu_forward(x.data, y_.data);
   } else {
-    in_leaves(this->gradient_leaf_rows(), x, [&](std::int64_t first, std::int64_t count) {
-      core::gelu_forward(core::slice(x.data, first, count), core::slice(y_.data, first, count));
-    });
+    core::gelu_forward_in_leaves(leaf_elements(this->gradient_leaf_rows(), x), x.data, y_.data);
   }
   return y_;
 }
@@ -53,10 +42,7 @@ Tensor<T> ActivationLayer<T>::backward(const Tensor<T>& dy, bool need_input_grad
   if (activation_ == Activation::relu) {
     core::relu_backward(y_.data, dy.data, dx_.data);
   } else {
-    in_leaves(this->gradient_leaf_rows(), x_, [&](std::int64_t first, std::int64_t count) {
-      core::gelu_backward(core::slice(x_.data, first, count), core::slice(dy.data, first, count),
-                          core::slice(dx_.data, first, count));
-    });
+    core::gelu_backward_in_leaves(leaf_elements(this->gradient_leaf_rows(), x_), x_.data, dy.data, dx_.data);
   }
   return dx_;
 }

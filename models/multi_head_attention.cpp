@@ -17,24 +17,24 @@
 // part (dW_p += dqkv_p^T x, db_p, dx = sum_p dqkv_p W_p). Per step: 6 batched calls whatever
 // N and H; nothing is allocated while the batch shape repeats.
 //
+// Steps 2-4 and their backward are core::attention_forward / attention_backward.
+//
 // Leaf rows (deterministic training's grouped passes, L samples a leaf): the projections run in
 // leaves of L T rows (row_affine.hpp: each leaf's rows as a call on it alone, the parameter
 // gradients written as the leaves' tree); steps 2-4 and their backward run once per
 // leaf, on that leaf's samples, with the shapes a pass of that leaf alone uses -- oneDNN's
-// batched matmul is not documented to give a sample the same bits in a larger batch.
+// batched matmul is not documented to give a sample the same bits in a larger batch -- side by
+// side on the rank's threads where oneDNN is held at one (core/attention.hpp).
 //
 // Why part-major [3, R, D] and not PyTorch's [R, 3D]: each part is then a dense [N, T, H, dh]
 // tensor, which oneDNN 2.6's brgemm matmul takes as a 4-D batch; inside [R, 3D] rows (padded
 // to 3D) it fell back to its jit sgemm at ~10 GFLOP/s, 30 % of a step.
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/attention.hpp"
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/gemm.hpp"
-#include "hpctrain/core/leaf_tree.hpp"
-#include "hpctrain/core/softmax.hpp"
 #include "hpctrain/models/transformer_layers.hpp"
 #include "row_affine.hpp"
-
-#include <cmath>
 
 namespace hpctrain::models {
 
@@ -42,32 +42,10 @@ namespace {
 
 using core::Trans;
 
-/// The [T, dh] head matrices of a row-major [N T, cols] buffer starting at element `first`:
-/// sample n (outer), head h (inner), token t, column j at first + (n T + t) cols + h dh + j.
-template <class T>
-core::StridedMatrices<T> head_matrices(const core::Vec<T>& rows_major, std::int64_t first,
-                                       std::int64_t cols, std::int64_t tokens,
-                                       std::int64_t head_dim) {
-  return {rows_major, first, tokens * cols, head_dim, cols, 1};
-}
-
-/// The [T, T] matrices of a contiguous [N, H, T, T] buffer, from sample `first_sample` on.
-template <class T>
-core::StridedMatrices<T> square_matrices(const core::Vec<T>& v, std::int64_t heads,
-                                         std::int64_t tokens, std::int64_t first_sample = 0) {
-  return {v, first_sample * heads * tokens * tokens, heads * tokens * tokens, tokens * tokens, tokens, 1};
-}
-
 /// Elements [index size, (index + 1) size) of `v`: part `index` of a part-major buffer.
 template <class T>
 core::Vec<T> part(const core::Vec<T>& v, std::int64_t index, std::int64_t size) {
   return Kokkos::subview(v, std::make_pair(index * size, (index + 1) * size));
-}
-
-/// Samples [first, first + count) of a buffer of `per_sample` elements a sample.
-template <class T>
-core::Vec<T> samples(const core::Vec<T>& v, std::int64_t first, std::int64_t count, std::int64_t per_sample) {
-  return Kokkos::subview(v, std::make_pair(first * per_sample, (first + count) * per_sample));
 }
 
 /// The qkv projection's backward from part-major dqkv [3, R, D]: per part p, dW_p += dqkv_p^T x,
@@ -152,25 +130,10 @@ Tensor<T> MultiHeadSelfAttention<T>::forward(const Tensor<T>& x, bool /*train*/)
     detail::row_affine_forward(x.data, rows, dim_, dim_, part(this->param(0).data, p, dim_ * dim_),
                                part(this->param(1).data, p, dim_), part(qkv_.data, p, rows * dim_), leaf_rows);
   }
-  core::for_each_leaf(leaf > 0 ? leaf : batch_, batch_, [&](std::int64_t first, std::int64_t count) { attend(first, count); });
+  core::attention_forward<T>({batch_, tokens_, dim_, heads_count_}, leaf, qkv_.data, attn_.data, context_.data);
   detail::row_affine_forward(context_.data, rows, dim_, dim_, this->param(2).data,
                              this->param(3).data, y_.data, leaf_rows);
   return y_;
-}
-
-template <class T>
-void MultiHeadSelfAttention<T>::attend(std::int64_t first, std::int64_t count) {
-  const std::int64_t dh = dim_ / heads_count_, t = tokens_, d = dim_, r = batch_ * tokens_;
-  const std::int64_t at = first * t * d;  // the samples' first row in q, k, v and context
-  const T scale = T(1) / static_cast<T>(std::sqrt(static_cast<double>(dh)));
-  const auto q = head_matrices(qkv_.data, at, d, t, dh);
-  const auto k = head_matrices(qkv_.data, r * d + at, d, t, dh);
-  const auto v = head_matrices(qkv_.data, 2 * r * d + at, d, t, dh);
-  const auto p = square_matrices(attn_.data, heads_count_, t, first);
-  core::batched_gemm({count, heads_count_, t, t, dh}, scale, q, k.transposed(), T(0), p);
-  core::softmax_rows(count * heads_count_ * t, t, samples(attn_.data, first, count, heads_count_ * t * t));
-  core::batched_gemm({count, heads_count_, t, dh, t}, T(1), p, v, T(0),
-                     head_matrices(context_.data, at, d, t, dh));
 }
 
 template <class T>
@@ -185,8 +148,8 @@ Tensor<T> MultiHeadSelfAttention<T>::backward(const Tensor<T>& dy, bool need_inp
   const std::int64_t leaf = this->gradient_leaf_rows(), leaf_rows = leaf * tokens_;
   detail::row_affine_backward(dy.data, context_.data, rows, dim_, dim_, this->param(2).data,
                               this->grad(2).data, this->grad(3).data, dcontext_.data, false, leaf_rows);
-  core::for_each_leaf(leaf > 0 ? leaf : batch_, batch_,
-                      [&](std::int64_t first, std::int64_t count) { attend_backward(first, count); });
+  core::attention_backward<T>({batch_, tokens_, dim_, heads_count_}, leaf, qkv_.data, attn_.data, dcontext_.data,
+                              dattn_.data, dqkv_.data);
   core::Vec<T> dx;
   if (need_input_grad) {
     core::ensure_shape(dx_, "hpctrain::attention::dx", x_.shape);
@@ -195,31 +158,6 @@ Tensor<T> MultiHeadSelfAttention<T>::backward(const Tensor<T>& dy, bool need_inp
   qkv_projection_backward(dqkv_.data, x_.data, rows, dim_, this->param(0).data,
                           this->grad(0).data, this->grad(1).data, dx, leaf_rows);
   return need_input_grad ? dx_ : Tensor<T>();
-}
-
-template <class T>
-void MultiHeadSelfAttention<T>::attend_backward(std::int64_t first, std::int64_t count) {
-  const std::int64_t dh = dim_ / heads_count_, t = tokens_, d = dim_, h = heads_count_;
-  const std::int64_t r = batch_ * tokens_;
-  const std::int64_t at = first * t * d;  // the samples' first row in q, k, v and context
-  const T scale = T(1) / static_cast<T>(std::sqrt(static_cast<double>(dh)));
-  const auto q = head_matrices(qkv_.data, at, d, t, dh);
-  const auto k = head_matrices(qkv_.data, r * d + at, d, t, dh);
-  const auto v = head_matrices(qkv_.data, 2 * r * d + at, d, t, dh);
-  const auto dq = head_matrices(dqkv_.data, at, d, t, dh);
-  const auto dk = head_matrices(dqkv_.data, r * d + at, d, t, dh);
-  const auto dv = head_matrices(dqkv_.data, 2 * r * d + at, d, t, dh);
-  const auto dout = head_matrices(dcontext_.data, at, d, t, dh);
-  const auto p = square_matrices(attn_.data, h, t, first);
-  const auto ds = square_matrices(dattn_.data, h, t, first);
-  const core::BatchedGemmShape square{count, h, t, t, dh}, tall{count, h, t, dh, t};
-  core::batched_gemm(square, T(1), dout, v.transposed(), T(0), ds);  // dP
-  core::batched_gemm(tall, T(1), p.transposed(), dout, T(0), dv);
-  const std::int64_t per_sample = h * t * t;
-  core::softmax_rows_backward(count * h * t, t, samples(attn_.data, first, count, per_sample),
-                              samples(dattn_.data, first, count, per_sample));  // dP -> dS
-  core::batched_gemm(tall, scale, ds, k, T(0), dq);
-  core::batched_gemm(tall, scale, ds.transposed(), q, T(0), dk);
 }
 
 template class MultiHeadSelfAttention<float>;

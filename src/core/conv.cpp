@@ -5,6 +5,7 @@
 #include "hpctrain/core/environment.hpp"
 #include "hpctrain/core/gemm.hpp"
 #include "hpctrain/core/leaf_tree.hpp"
+#include "leaves_side_by_side.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -279,43 +280,17 @@ Conv2dGeometry leaf_geometry(const Conv2dGeometry& g, std::int64_t leaf_rows, st
   return leaf;
 }
 
-/// The threads the leaves run on side by side: the held kernel threads on the oneDNN path while
-/// deterministic training holds oneDNN at one thread (each leaf's oneDNN then runs on one
-/// thread, inside the team, as in a pass of its own), where there are two leaves or more; 1
-/// (one after another) otherwise.
+/// The threads the leaves run on side by side (detail::side_by_side_team) on the oneDNN path;
+/// 1 (one after another) otherwise.
 template <class T>
 int leaf_team([[maybe_unused]] std::int64_t leaves) {
-#if defined(HPCTRAIN_HAVE_ONEDNN) && defined(HPCTRAIN_HAVE_OPENMP)
   if constexpr (std::is_same_v<T, float>) {
-    if (conv_backend() == ConvBackend::onednn && leaves > 1) return std::max(1, held_kernel_threads());
+    if (conv_backend() == ConvBackend::onednn) return detail::side_by_side_team(leaves);
   }
-#endif
   return 1;
 }
 
-/// body(l) for leaves 0 .. leaves-1 on `team` threads, one leaf per thread at a time (team > 1
-/// only where leaf_team() says so: OpenMP builds). The bodies touch raw pointers only: Kokkos'
-/// reference counts are not made for other threads. A leaf's exception is rethrown here once
-/// every leaf has ended.
-template <class Body>
-void leaves_on_team(std::int64_t leaves, [[maybe_unused]] int team, const Body& body) {
-  ExecSpace().fence();
-  std::exception_ptr error;
-#if defined(HPCTRAIN_HAVE_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-#endif
-  for (std::int64_t l = 0; l < leaves; ++l) {
-    try {
-      body(l);
-    } catch (...) {
-#if defined(HPCTRAIN_HAVE_OPENMP)
-#pragma omp critical(hpctrain_conv_leaves)
-#endif
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
+using detail::leaves_on_team;
 
 /// The oneDNN calls of conv2d_forward_in_leaves / conv2d_backward_in_leaves on `team` threads
 /// (float, builds with oneDNN: where leaf_team() > 1).

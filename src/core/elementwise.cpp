@@ -7,6 +7,7 @@
 #include "hpctrain/core/kokkos_compat.hpp"
 #include "hpctrain/core/leaf_tree.hpp"
 #include "host_parallel.hpp"
+#include "leaves_side_by_side.hpp"
 
 #ifdef HPCTRAIN_HAVE_ONEDNN
 #include "eltwise_onednn.hpp"
@@ -260,6 +261,59 @@ void gelu_backward(const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx) {
       });
 }
 
+namespace {
+/// call(first, count) for each leaf of `leaf` of the `n` elements; on_team(team, first, count)
+/// instead, side by side, where float GELU runs on oneDNN and the held team has several threads.
+template <class T, class Call, class OnTeam>
+void gelu_leaves(std::int64_t leaf, std::int64_t n, const Call& call, [[maybe_unused]] const OnTeam& on_team) {
+  const std::int64_t leaves = leaf_count(n, leaf);
+#ifdef HPCTRAIN_HAVE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (const int team = detail::side_by_side_team(leaves); team > 1 && gelu_on_onednn<T>()) {
+      detail::leaves_on_team(leaves, team, [&](std::int64_t l) { on_team(l * leaf, std::min(leaf, n - l * leaf)); });
+      return;
+    }
+  }
+#endif
+  for_each_leaf(leaf, n, call);
+}
+}  // namespace
+
+template <class T>
+void gelu_forward_in_leaves(std::int64_t leaf, const Vec<T>& x, const Vec<T>& y) {
+  const std::int64_t n = same_size(x, y, "gelu_forward_in_leaves");
+  if (leaf <= 0 || leaf >= n) return gelu_forward(x, y);
+  [[maybe_unused]] const T* const xp = x.data();
+  [[maybe_unused]] T* const yp = y.data();
+  gelu_leaves<T>(
+      leaf, n, [&](std::int64_t first, std::int64_t count) { gelu_forward(slice(x, first, count), slice(y, first, count)); },
+      [&]([[maybe_unused]] std::int64_t first, [[maybe_unused]] std::int64_t count) {
+#ifdef HPCTRAIN_HAVE_ONEDNN
+        if constexpr (std::is_same_v<T, float>) onednn::gelu_tanh_forward(xp + first, yp + first, count);
+#endif
+      });
+}
+
+template <class T>
+void gelu_backward_in_leaves(std::int64_t leaf, const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx) {
+  const std::int64_t n = same_size(x, dy, "gelu_backward_in_leaves");
+  same_size(dy, dx, "gelu_backward_in_leaves");
+  if (leaf <= 0 || leaf >= n) return gelu_backward(x, dy, dx);
+  [[maybe_unused]] const T* const xp = x.data();
+  [[maybe_unused]] const T* const dyp = dy.data();
+  [[maybe_unused]] T* const dxp = dx.data();
+  gelu_leaves<T>(
+      leaf, n,
+      [&](std::int64_t first, std::int64_t count) {
+        gelu_backward(slice(x, first, count), slice(dy, first, count), slice(dx, first, count));
+      },
+      [&]([[maybe_unused]] std::int64_t first, [[maybe_unused]] std::int64_t count) {
+#ifdef HPCTRAIN_HAVE_ONEDNN
+        if constexpr (std::is_same_v<T, float>) onednn::gelu_tanh_backward(xp + first, dyp + first, dxp + first, count);
+#endif
+      });
+}
+
 template <class T>
 void dropout_apply(const DropoutKey& key, double rate, std::int64_t elements_per_sample,
                    const Vec<T>& in, const Vec<T>& out) {
@@ -375,6 +429,9 @@ void set_zero(const Vec<T>& v) {
   template void relu_backward<T>(const Vec<T>&, const Vec<T>&, const Vec<T>&);              \
   template void gelu_forward<T>(const Vec<T>&, const Vec<T>&);                              \
   template void gelu_backward<T>(const Vec<T>&, const Vec<T>&, const Vec<T>&);              \
+  template void gelu_forward_in_leaves<T>(std::int64_t, const Vec<T>&, const Vec<T>&);      \
+  template void gelu_backward_in_leaves<T>(std::int64_t, const Vec<T>&, const Vec<T>&,      \
+                                           const Vec<T>&);                                  \
   template void dropout_apply<T>(const DropoutKey&, double, std::int64_t, const Vec<T>&,    \
                                  const Vec<T>&);                                            \
   template void axpy<T>(T, const Vec<T>&, const Vec<T>&);                                   \

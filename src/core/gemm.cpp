@@ -4,12 +4,14 @@
 #include "hpctrain/core/conv.hpp"
 #include "hpctrain/core/elementwise.hpp"
 #include "hpctrain/core/leaf_tree.hpp"
+#include "leaves_side_by_side.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // The vendor BLAS behind the blas backend, chosen at configure time (HPCTRAIN_GEMM_VENDOR):
 // cuBLAS called directly, or KokkosBlas (Kokkos Kernels -> OpenBLAS, or its cuBLAS TPL).
@@ -268,11 +270,45 @@ void linear_forward(const Matrix<T>& x, const Matrix<T>& w, const Vec<T>& bias,
 
 namespace {
 
+/// The calling thread's buffer for gemm_tn_leaf_tree's leaf products side by side, at least
+/// `elements` long (grown, never shrunk).
+template <class T>
+std::vector<T>& leaf_product_scratch(std::size_t elements) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < elements) buffer.resize(elements);
+  return buffer;
+}
+
 /// Rows [first, first + count) of a contiguous row-major matrix.
 template <class T>
 Matrix<T> row_range(const Matrix<T>& x, std::int64_t first, std::int64_t count) {
   const auto cols = static_cast<std::int64_t>(x.extent(1));
   return Matrix<T>(x.data() + first * cols, static_cast<std::size_t>(count), static_cast<std::size_t>(cols));
+}
+
+/// The threads a float product's leaves run on side by side (detail::side_by_side_team) where
+/// each leaf's call goes to libxsmm or oneDNN (alpha 1, backend not blas, oneDNN built: then a
+/// leaf's call runs on its thread as a call on that leaf alone does, oneDNN held at one thread);
+/// 1 otherwise (the vendor BLAS: one leaf after another).
+template <class T>
+int leaf_team(T alpha, std::int64_t leaves) {
+  return use_onednn(alpha) ? detail::side_by_side_team(leaves) : 1;
+}
+
+/// leaf(first, count) for each leaf of `leaf_rows` of `rows` rows: side by side on the rank's
+/// held threads where leaf_team() says so, else in order. `leaf` must touch unmanaged views or
+/// raw pointers only (Kokkos' reference counts are not made for other threads).
+template <class T, class Leaf>
+void for_each_leaf_on_team(T alpha, std::int64_t leaf_rows, std::int64_t rows, const Leaf& leaf) {
+  const std::int64_t leaves = leaf_count(rows, leaf_rows);
+  if (const int team = leaf_team(alpha, leaves); team > 1) {
+    detail::leaves_on_team(leaves, team, [&](std::int64_t l) {
+      const std::int64_t first = l * leaf_rows;
+      leaf(first, std::min(leaf_rows, rows - first));
+    });
+    return;
+  }
+  for_each_leaf(leaf_rows, rows, leaf);
 }
 
 void require_leaves(const char* what, std::int64_t leaf_rows, std::int64_t a_rows, std::int64_t c_rows) {
@@ -292,7 +328,7 @@ void gemm_in_leaves(std::int64_t leaf_rows, Trans trans_b, T alpha, const Matrix
   require_gemm_shapes(false, tb, a, b, c);
   const bool some_leaves = rows > leaf_rows && a.extent(1) > 0 && c.extent(1) > 0;
   if (some_leaves && on_libxsmm(false, tb, alpha, a, b, beta, c, static_cast<const T*>(nullptr), leaf_rows)) return;
-  for_each_leaf(leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
+  for_each_leaf_on_team(alpha, leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
     gemm(Trans::no, trans_b, alpha, row_range(a, first, count), b, beta, row_range(c, first, count));
   });
 }
@@ -306,7 +342,7 @@ void linear_forward_in_leaves(std::int64_t leaf_rows, const Matrix<T>& x, const 
       on_libxsmm(false, true, T(1), x, w, T(0), y, bias.data(), leaf_rows)) {
     return;
   }
-  for_each_leaf(leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
+  for_each_leaf_on_team(T(1), leaf_rows, rows, [&](std::int64_t first, std::int64_t count) {
     linear_forward(row_range(x, first, count), w, bias, row_range(y, first, count));
   });
 }
@@ -338,19 +374,37 @@ void gemm_tn_leaf_tree(std::int64_t leaf_rows, const Matrix<T>& a, const Matrix<
     }
   }
 #endif
-  // Each leaf's product in a whole matrix (the first in c), added over the tree.
   const std::int64_t leaves = (rows + leaf_rows - 1) / leaf_rows;
+  const auto leaf_product = [&](std::int64_t l, const Matrix<T>& to) {
+    const std::int64_t first = l * leaf_rows;
+    const auto r = static_cast<std::size_t>(std::min(leaf_rows, rows - first));
+    gemm(Trans::yes, Trans::no, T(1), Matrix<T>(a.data() + first * m, r, static_cast<std::size_t>(m)),
+         Matrix<T>(b.data() + first * n, r, static_cast<std::size_t>(n)), T(0), to);
+  };
+  if (const int team = leaf_team(T(1), leaves); team > 1) {
+    // Side by side: every leaf's product in a matrix of its own (leaf 0's in c), then the tree's
+    // additions over them in place -- the additions leaf_tree_sum below makes, in its order.
+    std::vector<T>& nodes = leaf_product_scratch<T>(static_cast<std::size_t>((leaves - 1) * m * n));
+    T* const c_data = c.data();
+    T* const node_data = nodes.data();
+    const auto node = [&](std::int64_t l) { return l == 0 ? c_data : node_data + (l - 1) * m * n; };
+    detail::leaves_on_team(leaves, team, [&](std::int64_t l) {
+      leaf_product(l, Matrix<T>(node(l), static_cast<std::size_t>(m), static_cast<std::size_t>(n)));
+    });
+    leaf_tree_add_in_place(leaves, [&](std::int64_t i, std::int64_t j) {
+      T* const to = node(i);
+      const T* const from = node(j);
+      for (std::int64_t e = 0; e < m * n; ++e) to[e] += from[e];
+    });
+    return;
+  }
+  // Each leaf's product in a whole matrix (the first in c), added over the tree.
   const Vec<T> nodes(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hpctrain::gemm_tn_leaf_tree"),
                      static_cast<std::size_t>((leaf_tree_depth(leaves) - 1) * m * n));
   const auto slot = [&](int d) { return d == 0 ? c : Matrix<T>(nodes.data() + (d - 1) * m * n, m, n); };
   leaf_tree_sum(
       leaves,
-      [&](std::int64_t l, int d) {
-        const std::int64_t first = l * leaf_rows;
-        const auto r = static_cast<std::size_t>(std::min(leaf_rows, rows - first));
-        gemm(Trans::yes, Trans::no, T(1), Matrix<T>(a.data() + first * m, r, static_cast<std::size_t>(m)),
-             Matrix<T>(b.data() + first * n, r, static_cast<std::size_t>(n)), T(0), slot(d));
-      },
+      [&](std::int64_t l, int d) { leaf_product(l, slot(d)); },
       [&](int dst, int src) { add_into(slot(dst), slot(src)); });
 }
 

@@ -13,7 +13,8 @@
 // batched_gemm (the attention's products) is one matmul over 4-D [outer, inner, rows, cols]
 // strided memory descriptors, cached the same way by (shape, strides, alpha, beta); oneDNN
 // 2.6 runs these non-dense batches with its jit sgemm (`gemm:jit`), looping over the batch
-// inside one primitive call.
+// inside one primitive call. Its scratchpad is the calling thread's (scratchpad_mode::user), so
+// one cached primitive can run on several threads at once (the attention's leaves side by side).
 //
 // Bits: for a fixed shape and thread count the kernels are deterministic (static blocking, no
 // atomics), so results do not vary run to run; they differ from OpenBLAS's in the last bits.
@@ -26,6 +27,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <mutex>
@@ -36,6 +38,22 @@ namespace hpctrain::core::onednn {
 namespace {
 
 using dnnl::memory;
+
+/// The calling thread's scratchpad for matmuls, at least `bytes` long (grown, never shrunk).
+/// Every matmul here takes the caller's scratchpad (scratchpad_mode::user): deterministic
+/// training's leaves run one primitive on several threads at once (core/attention.cpp,
+/// gemm.cpp's leaves side by side), and with the library's scratchpad a primitive's executions
+/// share one.
+const memory& thread_scratchpad(std::size_t bytes) {
+  thread_local memory pad;
+  thread_local std::size_t size = 0;
+  if (size < bytes || size == 0) {
+    size = std::max<std::size_t>(bytes, 1);
+    pad = memory(memory::desc({static_cast<memory::dim>(size)}, memory::data_type::u8, memory::format_tag::a),
+                 cpu_engine());
+  }
+  return pad;
+}
 
 struct Key {
   std::int64_t m, n, k, lda, ldb, ldc;
@@ -49,6 +67,7 @@ struct Key {
 
 struct Entry {
   memory::desc a, b, c, bias;
+  std::size_t scratchpad_bytes = 0;
   dnnl::matmul primitive;
 };
 
@@ -70,12 +89,14 @@ Entry make_entry(const Key& key) {
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 #if DNNL_VERSION_MAJOR >= 3
   const dnnl::matmul::primitive_desc pd(cpu_engine(), e.a, e.b, e.bias, e.c, attr);
 #else
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.bias, e.c), attr,
                                         cpu_engine());
 #endif
+  e.scratchpad_bytes = pd.scratchpad_desc().get_size();
   e.primitive = dnnl::matmul(pd);
   return e;
 }
@@ -96,8 +117,10 @@ struct BatchedKey {
 
 struct BatchedEntry {
   memory::desc a, b, c;
+  std::size_t scratchpad_bytes = 0;
   dnnl::matmul primitive;
 };
+
 
 memory::desc strided(std::int64_t outer, std::int64_t inner, std::int64_t rows,
                      std::int64_t cols, const std::array<std::int64_t, 4>& s) {
@@ -125,11 +148,13 @@ BatchedEntry make_batched_entry(const BatchedKey& key) {
   }
   if (key.beta != 0.0F) ops.append_sum(key.beta);
   attr.set_post_ops(ops);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 #if DNNL_VERSION_MAJOR >= 3
   const dnnl::matmul::primitive_desc pd(cpu_engine(), e.a, e.b, e.c, attr);
 #else
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, cpu_engine());
 #endif
+  e.scratchpad_bytes = pd.scratchpad_desc().get_size();
   e.primitive = dnnl::matmul(pd);
   return e;
 }
@@ -145,12 +170,14 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatrixOperand a, Matri
   memory bm(e.b, eng, const_cast<float*>(b.data));
   memory cm(e.c, eng, c);
   auto& s = thread_stream();
+  const memory& pad = thread_scratchpad(e.scratchpad_bytes);
   if (bias != nullptr) {
     memory biasm(e.bias, eng, const_cast<float*>(bias));
     e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm},
-                            {DNNL_ARG_DST, cm}});
+                            {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, pad}});
   } else {
-    e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
+                            {DNNL_ARG_SCRATCHPAD, pad}});
   }
   s.wait();
 }
@@ -165,7 +192,8 @@ void batched_gemm(const BatchedShape& shape, float alpha, StridedOperand a, Stri
   memory bm(e.b, eng, const_cast<float*>(b.data));
   memory cm(e.c, eng, const_cast<float*>(c.data));
   auto& s = thread_stream();
-  e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  e.primitive.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
+                          {DNNL_ARG_SCRATCHPAD, thread_scratchpad(e.scratchpad_bytes)}});
   s.wait();
 }
 

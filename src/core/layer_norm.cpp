@@ -4,7 +4,8 @@
 // over the row (no cancellation as in E[x^2] - mean^2), rstd = 1 / sqrt(var + eps),
 // y = (x - mean) rstd w + b. Backward with xhat = (x - mean) rstd and g = dy w:
 //   dx = rstd (g - mean(g) - xhat mean(g xhat)),   dw += sum_rows dy xhat,   db += sum_rows dy.
-// The row kernels run one row per thread (rows = N T is the wide extent), their row sums in 8
+// The row kernels run one row per thread (rows = N T is the wide extent; on the rank's OpenMP
+// team where Kokkos is Serial, detail::host_parallel_for), their row sums in 8
 // fixed lanes (lane_sum: vectorisable, same bits at any thread count); the parameter
 // gradients sum fixed chunks of 64 rows along contiguous rows, then the chunks per column
 // (deterministic at any thread count, no atomics; see accumulate_scale_shift_gradients).
@@ -17,14 +18,13 @@
 #include "hpctrain/base/error.hpp"
 #include "hpctrain/core/kokkos_compat.hpp"
 #include "hpctrain/core/leaf_tree.hpp"
+#include "host_parallel.hpp"
 
 #include <string>
 
 namespace hpctrain::core {
 
 namespace {
-
-using Range = Kokkos::RangePolicy<ExecSpace>;
 
 /// Partial sums of a row reduction: element d goes to lane d % kLanes and the lanes are added
 /// in lane order at the end. A fixed split (not the machine's vector width), so GCC vectorises
@@ -76,8 +76,8 @@ template <class T>
 void layer_norm_forward(const Vec<T>& x, std::int64_t rows, std::int64_t dim, T eps,
                     const Vec<T>& w, const Vec<T>& b, const Vec<T>& mean,
                     const Vec<T>& rstd, const Vec<T>& y) {
-  Kokkos::parallel_for(
-      "hpctrain::layer_norm::forward", Range(0, rows), KOKKOS_LAMBDA(const std::int64_t r) {
+  detail::host_parallel_for(
+      "hpctrain::layer_norm::forward", rows, KOKKOS_LAMBDA(const std::int64_t r) {
         const std::int64_t base = r * dim;
         const T m = lane_sum<T>(dim, [&](std::int64_t d) { return x(base + d); }) /
                     static_cast<T>(dim);
@@ -90,15 +90,16 @@ void layer_norm_forward(const Vec<T>& x, std::int64_t rows, std::int64_t dim, T 
         mean(r) = m;
         rstd(r) = s;
         for (std::int64_t d = 0; d < dim; ++d) y(base + d) = (x(base + d) - m) * s * w(d) + b(d);
-      });
+      },
+      dim);
 }
 
 template <class T>
 void layer_norm_backward_input(const Vec<T>& x, const Vec<T>& dy, std::int64_t rows,
                              std::int64_t dim, const Vec<T>& w, const Vec<T>& mean,
                              const Vec<T>& rstd, const Vec<T>& dx) {
-  Kokkos::parallel_for(
-      "hpctrain::layer_norm::backward_input", Range(0, rows), KOKKOS_LAMBDA(const std::int64_t r) {
+  detail::host_parallel_for(
+      "hpctrain::layer_norm::backward_input", rows, KOKKOS_LAMBDA(const std::int64_t r) {
         const std::int64_t base = r * dim;
         const T m = mean(r), s = rstd(r);
         const T g_mean = lane_sum<T>(dim, [&](std::int64_t d) { return dy(base + d) * w(d); }) /
@@ -111,7 +112,8 @@ void layer_norm_backward_input(const Vec<T>& x, const Vec<T>& dy, std::int64_t r
           const T xhat = (x(base + d) - m) * s;
           dx(base + d) = s * (dy(base + d) * w(d) - g_mean - xhat * gx_mean);
         }
-      });
+      },
+      dim);
 }
 
 std::int64_t layer_norm_partial_rows(std::int64_t rows) {
@@ -130,15 +132,16 @@ void layer_norm_parameter_gradients(const Vec<T>& x, const Vec<T>& dy,
                                       const Vec<T>& partial, const Vec<T>& dw,
                                       const Vec<T>& db) {
   const std::int64_t chunks = layer_norm_partial_rows(rows);
-  Kokkos::parallel_for(
-      "hpctrain::layer_norm::backward_parameters_partial", Range(0, chunks),
+  detail::host_parallel_for(
+      "hpctrain::layer_norm::backward_parameters_partial", chunks,
       KOKKOS_LAMBDA(const std::int64_t c) {
         const std::int64_t r_end = (c + 1) * kRowsPerPartial < rows ? (c + 1) * kRowsPerPartial
                                                                      : rows;
         chunk_partial(x, dy, dim, mean, rstd, partial, c * 2 * dim, c * kRowsPerPartial, r_end);
-      });
-  Kokkos::parallel_for(
-      "hpctrain::layer_norm::backward_parameters", Range(0, dim),
+      },
+      kRowsPerPartial * dim);
+  detail::host_parallel_for(
+      "hpctrain::layer_norm::backward_parameters", dim,
       KOKKOS_LAMBDA(const std::int64_t d) {
         T sw = 0, sb = 0;
         for (std::int64_t c = 0; c < chunks; ++c) {
@@ -147,7 +150,8 @@ void layer_norm_parameter_gradients(const Vec<T>& x, const Vec<T>& dy,
         }
         dw(d) += sw;
         db(d) += sb;
-      });
+      },
+      chunks);
 }
 
 std::int64_t layer_norm_leaf_tree_workspace(std::int64_t rows, std::int64_t dim, std::int64_t leaf_rows) {
@@ -181,17 +185,18 @@ void layer_norm_parameter_gradients_leaf_tree(const Vec<T>& x, const Vec<T>& dy,
   const std::int64_t leaves = leaf_count(rows, leaf_rows), leaf_chunks = layer_norm_partial_rows(leaf_rows);
   const std::int64_t chunks = needed / (2 * dim) - leaves, sums = chunks * 2 * dim;
   const Vec<T> work = workspace;
-  Kokkos::parallel_for(
-      "hpctrain::layer_norm::backward_parameters_partial_in_leaves", Range(0, chunks),
+  detail::host_parallel_for(
+      "hpctrain::layer_norm::backward_parameters_partial_in_leaves", chunks,
       KOKKOS_LAMBDA(const std::int64_t c) {
         const std::int64_t leaf_first = (c / leaf_chunks) * leaf_rows;
         const std::int64_t leaf_end = leaf_first + leaf_rows < rows ? leaf_first + leaf_rows : rows;
         const std::int64_t first = leaf_first + (c % leaf_chunks) * kRowsPerPartial;
         const std::int64_t end = first + kRowsPerPartial < leaf_end ? first + kRowsPerPartial : leaf_end;
         chunk_partial(x, dy, dim, mean, rstd, work, c * 2 * dim, first, end);
-      });
-  Kokkos::parallel_for(
-      "hpctrain::layer_norm::backward_parameters_leaf_tree", Range(0, 2 * dim), KOKKOS_LAMBDA(const std::int64_t j) {
+      },
+      kRowsPerPartial * dim);
+  detail::host_parallel_for(
+      "hpctrain::layer_norm::backward_parameters_leaf_tree", 2 * dim, KOKKOS_LAMBDA(const std::int64_t j) {
         for (std::int64_t l = 0; l < leaves; ++l) {
           const std::int64_t c_end = (l + 1) * leaf_chunks < chunks ? (l + 1) * leaf_chunks : chunks;
           T s = 0;
@@ -204,7 +209,8 @@ void layer_norm_parameter_gradients_leaf_tree(const Vec<T>& x, const Vec<T>& dy,
         } else {
           db(j - dim) = work(sums + j);
         }
-      });
+      },
+      chunks);
 }
 
 #define HPCTRAIN_INSTANTIATE(T)                                                                              \

@@ -548,7 +548,8 @@ class LeafTreeGemm : public LinearForward {};
 // Bit for bit the tree of the leaves' separate products (so deterministic training's grouped
 // passes equal a pass per micro-shard), and near the float64 product; shapes with a short last
 // leaf, one leaf, fewer rows than a leaf, odd m and n, the MLP's fc1 (m over libxsmm's 64-row
-// tiles) at 1 and 2 threads; c starts as NaN (written, not added to).
+// tiles) at 1 and 2 threads, and at 2 held (deterministic training: the leaves side by side where
+// oneDNN computes them); c starts as NaN (written, not added to).
 TEST_P(LeafTreeGemm, EqualsTheTreeOfSeparateProductsBitForBit) {
   const GemmBackendScope scope(GetParam());
   const int threads_before = std::max(1, blas_threads());
@@ -560,13 +561,16 @@ TEST_P(LeafTreeGemm, EqualsTheTreeOfSeparateProductsBitForBit) {
     const auto a = tensor_from_host<float>("a", {rows, m}, ha);
     const auto b = tensor_from_host<float>("b", {rows, n}, hb);
     const std::vector<float> want = leaf_tree_reference(leaf, rows, m, n, a.data, b.data);
-    for (const int threads : {1, 2}) {
+    for (const auto& [threads, held] : std::vector<std::pair<int, bool>>{{1, false}, {2, false}, {2, true}}) {
       set_blas_threads(threads);
+      std::optional<SingleThreadedLibraries> single;  // held: the leaves side by side where oneDNN computes them
+      if (held) single.emplace();
       const auto c = tensor_from_host<float>("c", {m, n}, std::vector<float>(static_cast<std::size_t>(m * n), NAN));
       gemm_tn_leaf_tree<float>(leaf, as_matrix(a.data, rows, m), as_matrix(b.data, rows, n), as_matrix(c.data, m, n));
       const std::vector<float> got = to_host(c.data);
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-          << rows << " rows, m " << m << ", n " << n << ", leaves of " << leaf << ", " << threads << " threads";
+          << rows << " rows, m " << m << ", n " << n << ", leaves of " << leaf << ", " << threads << " threads"
+          << (held ? ", held" : "");
       for (const int i : {0, m / 2, m - 1}) {
         for (const int j : {0, n - 1}) {
           double exact = 0;

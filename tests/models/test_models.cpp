@@ -2,6 +2,7 @@
 // gradients through the loss, and a training smoke test.
 #include "model_gradient_check.hpp"
 #include "hpctrain/base/error.hpp"
+#include "hpctrain/core/attention.hpp"
 #include "hpctrain/core/optimizer.hpp"
 #include "hpctrain/models/layers.hpp"
 #include "hpctrain/models/registry.hpp"
@@ -237,8 +238,11 @@ TEST(Sequential, GroupedPassEqualsTheTreeOfMicroShardPasses) {
   }
   EXPECT_FALSE(MaxPool2D<float>(3, 2).supports_gradient_leaves());  // overlapping windows: atomic adds
   EXPECT_TRUE(MaxPool2D<float>(2).supports_gradient_leaves());
-  // Only the attention runs its leaves one at a time on the held oneDNN (the start-up note).
-  EXPECT_TRUE(build_model<float>(json{{"name", "transformer"}})->leaves_one_at_a_time());
+  // The attention runs its leaves one at a time on the held oneDNN (the start-up note) unless
+  // this build runs them side by side; double always one at a time (the portable kernels).
+  EXPECT_EQ(build_model<float>(json{{"name", "transformer"}})->leaves_one_at_a_time(),
+            !core::attention_leaves_side_by_side<float>());
+  EXPECT_TRUE(build_model<double>(json{{"name", "transformer"}})->leaves_one_at_a_time());
   for (const char* name : {"mlp", "cnn", "resnet"}) {
     EXPECT_FALSE(build_model<float>(json{{"name", name}})->leaves_one_at_a_time()) << name;
   }

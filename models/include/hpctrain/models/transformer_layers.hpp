@@ -19,6 +19,7 @@
 /// positions) per leaf, then over core/leaf_tree.hpp's tree. With leaves, backward() *writes*
 /// the parameter gradients (the model zeroes them first).
 
+#include "hpctrain/core/attention.hpp"
 #include "hpctrain/core/tensor.hpp"
 #include "hpctrain/models/layer.hpp"
 
@@ -96,8 +97,9 @@ class LayerNorm final : public Layer<T> {
 /// "out_bias" [D] (zeros). The constructor throws unless heads > 0 divides dim.
 ///
 /// Cost per sample: 8 T D^2 flops in the projections and 4 T^2 D in the attention products
-/// (forward; backward twice that), the latter as core::batched_gemm calls over all samples and
-/// heads that read q, k, v in place from the projection's output; the attention probabilities
+/// (forward; backward twice that), the latter as core::attention_forward / attention_backward
+/// (batched products over all samples and heads that read q, k, v in place from the
+/// projection's output); the attention probabilities
 /// [N, heads, T, T] are kept for backward. Buffers are reused while the batch shape repeats.
 template <class T>
 class MultiHeadSelfAttention final : public Layer<T> {
@@ -109,14 +111,12 @@ class MultiHeadSelfAttention final : public Layer<T> {
   Tensor<T> forward(const Tensor<T>& x, bool train) override;
   Tensor<T> backward(const Tensor<T>& dy, bool need_input_grad) override;
   bool supports_gradient_leaves() const override { return true; }
-  /// The attention's batched matmuls and softmax run leaf by leaf, one leaf after another.
-  bool leaves_one_at_a_time() const override { return true; }
+  /// The attention's batched matmuls and softmax run leaf by leaf: side by side on the rank's
+  /// threads where core::attention_leaves_side_by_side<T>() (float, oneDNN and OpenMP builds),
+  /// else one leaf after another.
+  bool leaves_one_at_a_time() const override { return !core::attention_leaves_side_by_side<T>(); }
 
  private:
-  /// qkv_ -> attn_ (probabilities) -> context_ for samples [first, first + count).
-  void attend(std::int64_t first, std::int64_t count);
-  /// dcontext_ (and qkv_, attn_) -> dqkv_ for samples [first, first + count).
-  void attend_backward(std::int64_t first, std::int64_t count);
   std::int64_t dim_, heads_count_;
   std::int64_t batch_ = 0, tokens_ = 0;
   Tensor<T> x_;

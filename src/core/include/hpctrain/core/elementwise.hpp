@@ -44,6 +44,16 @@ void gelu_forward(const Vec<T>& x, const Vec<T>& y);
 /// dx = dy * d gelu(x)/dx (x is the forward input).
 template <class T>
 void gelu_backward(const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx);
+/// gelu_forward / gelu_backward in leaves of `leaf` elements (deterministic training's grouped
+/// passes; the last leaf shorter), each leaf a call of its own, so its elements have the bits a
+/// call on that leaf alone gives them (oneDNN's element-wise kernels are not documented to give
+/// an element the same bits at any length). Side by side on the rank's held threads where
+/// deterministic training holds oneDNN at one thread (float on oneDNN). `leaf` <= 0 or no
+/// fewer than the elements: one call.
+template <class T>
+void gelu_forward_in_leaves(std::int64_t leaf, const Vec<T>& x, const Vec<T>& y);
+template <class T>
+void gelu_backward_in_leaves(std::int64_t leaf, const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx);
 
 /// Where in the random stream a dropout mask lies. Element e of local sample s is kept iff
 /// uniform(hash(stream, step, first_sample + s, e)) >= rate, so the mask depends only on the
