@@ -13,8 +13,12 @@
 // batched_gemm (the attention's products) is one matmul over 4-D [outer, inner, rows, cols]
 // strided memory descriptors, cached the same way by (shape, strides, alpha, beta); oneDNN
 // 2.6 runs these non-dense batches with its jit sgemm (`gemm:jit`), looping over the batch
-// inside one primitive call. Its scratchpad is the calling thread's (scratchpad_mode::user), so
-// one cached primitive can run on several threads at once (the attention's leaves side by side).
+// inside one primitive call.
+//
+// Scratchpads: every matmul here takes the calling thread's (scratchpad_mode::user), so one
+// cached primitive can run on several threads at once -- deterministic training's leaves side by
+// side (the attention's products, core/attention.cpp; the projections' per-leaf products,
+// gemm.cpp).
 //
 // Bits: for a fixed shape and thread count the kernels are deterministic (static blocking, no
 // atomics), so results do not vary run to run; they differ from OpenBLAS's in the last bits.
