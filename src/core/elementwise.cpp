@@ -262,7 +262,7 @@ void gelu_backward(const Vec<T>& x, const Vec<T>& dy, const Vec<T>& dx) {
 }
 
 namespace {
-/// call(first, count) for each leaf of `leaf` of the `n` elements; on_team(team, first, count)
+/// call(first, count) for each leaf of `leaf` of the `n` elements; on_team(first, count)
 /// instead, side by side, where float GELU runs on oneDNN and the held team has several threads.
 template <class T, class Call, class OnTeam>
 void gelu_leaves(std::int64_t leaf, std::int64_t n, const Call& call, [[maybe_unused]] const OnTeam& on_team) {
