@@ -209,7 +209,7 @@ void add_output_checkpoint_run_options(CLI::App& train, TrainArgs& a) {
                    "The bytes depend on it, never on the rank count; ranks beyond global batch / micro-shard "
                    "idle. Larger is faster (at 16 on 2 cores, "
                    "deterministic training cost the MLP about 3 % at 1 rank x 2 threads and 1 % at 2 x 1, the CNN "
-                   "1-3 % at 1 x 2 and 3-5 % at 2 x 1, the ResNet 0-3 %, the transformer about 8 % at 1 x 2 and 4-8 % at 2 x 1): global batch / the most ranks the run will use is the fastest that keeps "
+                   "1-3 % at 1 x 2 and 3-5 % at 2 x 1, the ResNet 0-3 %, the transformer about 8 % at 1 x 2 and at 2 x 1): global batch / the most ranks the run will use is the fastest that keeps "
                    "every rank busy (docs/deterministic.md)")
       ->capture_default_str();
   train.add_option("--threads-per-rank", a.threads_per_rank,
