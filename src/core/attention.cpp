@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string>
 #include <type_traits>
 
 #ifdef HPCTRAIN_HAVE_ONEDNN
@@ -116,6 +117,31 @@ struct ViewExec {
   }
 };
 
+/// A leaf's operands checked as the view executor's calls check them (batched_gemm's bounds;
+/// the softmax rows inside their buffers), nothing computed: run over every leaf before the
+/// leaves go to oneDNN on raw pointers, so a bad shape gets the same clear error there.
+template <class T>
+struct CheckExec {
+  const ViewExec<T>& views;
+
+  void gemm(const BatchedGemmShape& s, T, const Operand& a, const Operand& b, T, const Operand& c) const {
+    require_batched_gemm_operands(s, views.matrices(a), views.matrices(b), views.matrices(c));
+  }
+  void rows_inside(Buffer b, std::int64_t offset, std::int64_t rows, std::int64_t len) const {
+    const auto size = static_cast<std::int64_t>(views.buffers[b].extent(0));
+    HPCTRAIN_REQUIRE(offset >= 0 && offset + rows * len <= size,
+                     "attention: softmax rows reach element " + std::to_string(offset + rows * len - 1) +
+                         " of a buffer of " + std::to_string(size));
+  }
+  void softmax(std::int64_t offset, std::int64_t rows, std::int64_t len) const {
+    rows_inside(kProbabilities, offset, rows, len);
+  }
+  void softmax_backward(std::int64_t offset, std::int64_t rows, std::int64_t len) const {
+    rows_inside(kProbabilities, offset, rows, len);
+    rows_inside(kDprobabilities, offset, rows, len);
+  }
+};
+
 #ifdef HPCTRAIN_HAVE_ONEDNN
 /// A leaf on the calling thread through raw pointers (float on host memory, oneDNN): safe on
 /// any thread of the team.
@@ -139,12 +165,6 @@ struct PointerExec {
 };
 #endif
 
-/// The team the leaves run on: > 1 only where they can run side by side.
-template <class T>
-int leaf_team(std::int64_t leaves) {
-  return attention_leaves_side_by_side<T>() ? detail::side_by_side_team(leaves) : 1;
-}
-
 /// leaf_work(first, count, exec) for every leaf: side by side on raw pointers where the team
 /// has several threads, else one after another on the views.
 template <class T, class LeafWork>
@@ -155,10 +175,13 @@ void run_leaves(const AttentionShape& s, std::int64_t leaf, const std::array<Vec
   if (s.batch == 0) return;
   const std::int64_t leaf_samples = leaf > 0 ? std::min(leaf, s.batch) : s.batch;
   const std::int64_t leaves = leaf_count(s.batch, leaf_samples);
-  [[maybe_unused]] const int team = leaf_team<T>(leaves);
+  [[maybe_unused]] const int team = detail::side_by_side_team(leaves, attention_leaves_side_by_side<T>());
+  const ViewExec<T> views{buffers};
 #ifdef HPCTRAIN_HAVE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
     if (team > 1) {
+      const CheckExec<T> check{views};
+      for_each_leaf(leaf_samples, s.batch, [&](std::int64_t first, std::int64_t count) { leaf_work(first, count, check); });
       PointerExec exec{};
       for (int b = 0; b < kBuffers; ++b) exec.buffers[static_cast<std::size_t>(b)] = buffers[static_cast<std::size_t>(b)].data();
       detail::leaves_on_team(leaves, team, [&](std::int64_t l) {
@@ -169,8 +192,7 @@ void run_leaves(const AttentionShape& s, std::int64_t leaf, const std::array<Vec
     }
   }
 #endif
-  const ViewExec<T> exec{buffers};
-  for_each_leaf(leaf_samples, s.batch, [&](std::int64_t first, std::int64_t count) { leaf_work(first, count, exec); });
+  for_each_leaf(leaf_samples, s.batch, [&](std::int64_t first, std::int64_t count) { leaf_work(first, count, views); });
 }
 
 }  // namespace
@@ -178,7 +200,7 @@ void run_leaves(const AttentionShape& s, std::int64_t leaf, const std::array<Vec
 template <class T>
 bool attention_leaves_side_by_side() {
 #if defined(HPCTRAIN_HAVE_ONEDNN) && defined(HPCTRAIN_HAVE_OPENMP)
-  if constexpr (std::is_same_v<T, float>) return gemm_backend() != GemmBackend::blas && onednn_available();
+  if constexpr (std::is_same_v<T, float>) return float_products_on_onednn();
 #endif
   return false;
 }

@@ -71,8 +71,8 @@ void batched_gemm_portable(const BatchedGemmShape& s, T alpha, const StridedMatr
 }  // namespace
 
 template <class T>
-void batched_gemm(const BatchedGemmShape& s, T alpha, const StridedMatrices<T>& a,
-                  const StridedMatrices<T>& b, T beta, const StridedMatrices<T>& c) {
+void require_batched_gemm_operands(const BatchedGemmShape& s, const StridedMatrices<T>& a,
+                                   const StridedMatrices<T>& b, const StridedMatrices<T>& c) {
   HPCTRAIN_REQUIRE(s.outer >= 0 && s.inner >= 0 && s.m >= 0 && s.n >= 0 && s.k >= 0,
                    "batched_gemm: negative extent");
   if (s.outer == 0 || s.inner == 0 || s.m == 0 || s.n == 0) return;
@@ -81,10 +81,17 @@ void batched_gemm(const BatchedGemmShape& s, T alpha, const StridedMatrices<T>& 
     require_inside("A", s, s.m, s.k, a);
     require_inside("B", s, s.k, s.n, b);
   }
+}
+
+template <class T>
+void batched_gemm(const BatchedGemmShape& s, T alpha, const StridedMatrices<T>& a,
+                  const StridedMatrices<T>& b, T beta, const StridedMatrices<T>& c) {
+  require_batched_gemm_operands(s, a, b, c);
+  if (s.outer == 0 || s.inner == 0 || s.m == 0 || s.n == 0) return;
 #ifdef HPCTRAIN_HAVE_ONEDNN
   if constexpr (std::is_same_v<T, float> &&
                 Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
-    if (s.k > 0 && gemm_backend() != GemmBackend::blas && onednn_available()) {
+    if (s.k > 0 && float_products_on_onednn()) {
       ExecSpace().fence();
       const auto desc = [](const StridedMatrices<float>& x) {
         return onednn::StridedOperand{x.data.data() + x.offset,
@@ -100,6 +107,10 @@ void batched_gemm(const BatchedGemmShape& s, T alpha, const StridedMatrices<T>& 
   batched_gemm_portable(s, alpha, a, b, beta, c);
 }
 
+template void require_batched_gemm_operands<float>(const BatchedGemmShape&, const StridedMatrices<float>&,
+                                                  const StridedMatrices<float>&, const StridedMatrices<float>&);
+template void require_batched_gemm_operands<double>(const BatchedGemmShape&, const StridedMatrices<double>&,
+                                                   const StridedMatrices<double>&, const StridedMatrices<double>&);
 template void batched_gemm<float>(const BatchedGemmShape&, float, const StridedMatrices<float>&,
                                   const StridedMatrices<float>&, float,
                                   const StridedMatrices<float>&);

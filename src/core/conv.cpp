@@ -280,14 +280,10 @@ Conv2dGeometry leaf_geometry(const Conv2dGeometry& g, std::int64_t leaf_rows, st
   return leaf;
 }
 
-/// The threads the leaves run on side by side (detail::side_by_side_team) on the oneDNN path;
-/// 1 (one after another) otherwise.
+/// The threads the leaves run on side by side on the oneDNN path; 1 (one after another) otherwise.
 template <class T>
-int leaf_team([[maybe_unused]] std::int64_t leaves) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (conv_backend() == ConvBackend::onednn) return detail::side_by_side_team(leaves);
-  }
-  return 1;
+int leaf_team(std::int64_t leaves) {
+  return detail::side_by_side_team(leaves, std::is_same_v<T, float> && conv_backend() == ConvBackend::onednn);
 }
 
 using detail::leaves_on_team;

@@ -269,7 +269,7 @@ void gelu_leaves(std::int64_t leaf, std::int64_t n, const Call& call, [[maybe_un
   const std::int64_t leaves = leaf_count(n, leaf);
 #ifdef HPCTRAIN_HAVE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
-    if (const int team = detail::side_by_side_team(leaves); team > 1 && gelu_on_onednn<T>()) {
+    if (const int team = detail::side_by_side_team(leaves, gelu_on_onednn<T>()); team > 1) {
       detail::leaves_on_team(leaves, team, [&](std::int64_t l) { on_team(l * leaf, std::min(leaf, n - l * leaf)); });
       return;
     }

@@ -94,7 +94,7 @@ std::string dims(std::int64_t r, std::int64_t c) {
 template <class T>
 bool use_onednn(T alpha) {
   if constexpr (std::is_same_v<T, float>) {
-    return alpha == T(1) && selected_gemm_backend() != GemmBackend::blas && onednn_available();
+    return alpha == T(1) && float_products_on_onednn();
   } else {
     return false;
   }
@@ -218,6 +218,8 @@ bool on_onednn([[maybe_unused]] bool ta, [[maybe_unused]] bool tb, [[maybe_unuse
 
 GemmBackend gemm_backend() { return selected_gemm_backend(); }
 
+bool float_products_on_onednn() { return selected_gemm_backend() != GemmBackend::blas && onednn_available(); }
+
 void set_gemm_backend(GemmBackend backend) {
   HPCTRAIN_REQUIRE(backend != GemmBackend::onednn || onednn_available(),
                    "set_gemm_backend(onednn): this build has no oneDNN");
@@ -286,13 +288,12 @@ Matrix<T> row_range(const Matrix<T>& x, std::int64_t first, std::int64_t count) 
   return Matrix<T>(x.data() + first * cols, static_cast<std::size_t>(count), static_cast<std::size_t>(cols));
 }
 
-/// The threads a float product's leaves run on side by side (detail::side_by_side_team) where
-/// each leaf's call goes to libxsmm or oneDNN (alpha 1, backend not blas, oneDNN built: then a
-/// leaf's call runs on its thread as a call on that leaf alone does, oneDNN held at one thread);
-/// 1 otherwise (the vendor BLAS: one leaf after another).
+/// The threads a float product's leaves run on side by side: where each leaf's call goes to
+/// libxsmm or oneDNN (use_onednn: then a leaf's call runs on its thread as a call on that leaf
+/// alone does, oneDNN held at one thread); 1 otherwise (the vendor BLAS: one leaf after another).
 template <class T>
 int leaf_team(T alpha, std::int64_t leaves) {
-  return use_onednn(alpha) ? detail::side_by_side_team(leaves) : 1;
+  return detail::side_by_side_team(leaves, use_onednn(alpha));
 }
 
 /// leaf(first, count) for each leaf of `leaf_rows` of `rows` rows: side by side on the rank's

@@ -14,12 +14,14 @@
 
 namespace hpctrain::core::detail {
 
-/// The threads `leaves` leaves of a oneDNN-backed kernel run on side by side: the held kernel
-/// threads while deterministic training holds oneDNN at one thread, where there are two leaves
-/// or more and the build has oneDNN and OpenMP; 1 (one after another) otherwise.
-inline int side_by_side_team([[maybe_unused]] std::int64_t leaves) {
+/// The threads `leaves` leaves of a kernel run on side by side: the held kernel threads while
+/// deterministic training holds oneDNN at one thread, where each leaf's work goes to oneDNN (or
+/// libxsmm) on its calling thread (`each_leaf_on_onednn`: the caller's backend test), there are
+/// two leaves or more and the build has oneDNN and OpenMP; 1 (one after another) otherwise --
+/// the vendor BLAS and the portable Kokkos kernels keep their own threads and run a leaf at a time.
+inline int side_by_side_team([[maybe_unused]] std::int64_t leaves, [[maybe_unused]] bool each_leaf_on_onednn) {
 #if defined(HPCTRAIN_HAVE_ONEDNN) && defined(HPCTRAIN_HAVE_OPENMP)
-  if (leaves > 1) return std::max(1, held_kernel_threads());
+  if (each_leaf_on_onednn && leaves > 1) return std::max(1, held_kernel_threads());
 #endif
   return 1;
 }

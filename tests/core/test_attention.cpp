@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -198,6 +199,33 @@ INSTANTIATE_TEST_SUITE_P(Backends, AttentionLeaves, ::testing::ValuesIn(backends
                          [](const ::testing::TestParamInfo<GemmBackend>& info) {
                            return std::string(gemm_backend_name(info.param));
                          });
+
+// A buffer too small for the shape gets batched_gemm's clear error on every path: leaves one
+// after another on the views, and side by side on raw pointers (held at 2 threads), where the
+// leaves' operands are checked before any leaf runs.
+TEST_P(AttentionLeaves, RejectABufferTooSmallForTheShapeOnEveryPath) {
+  const GemmBackendScope scope(GetParam());
+  const AttentionShape s{6, 5, 8, 2};
+  const std::int64_t rows = s.batch * s.tokens, squares = s.batch * s.heads * s.tokens * s.tokens;
+  Vec<float> qkv("qkv", 3 * rows * s.dim), context("context", rows * s.dim);
+  Vec<float> short_p("p", squares - 1);  // one element short: the last leaf's last row
+  const int threads_before = std::max(1, blas_threads());
+  for (const int threads : {1, 2}) {
+    set_blas_threads(threads);
+    const SingleThreadedLibraries single;
+    for (const std::int64_t leaf : {std::int64_t{2}, std::int64_t{0}}) {
+      SCOPED_TRACE(::testing::Message() << "leaves of " << leaf << ", " << threads << " threads held");
+      try {
+        attention_forward<float>(s, leaf, qkv, short_p, context);
+        ADD_FAILURE() << "no error for a probabilities buffer one element short";
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("of a buffer of " + std::to_string(squares - 1)), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  set_blas_threads(threads_before);
+}
 
 // Where this build runs the leaves side by side: float with oneDNN (and OpenMP), not on the
 // blas backend (its batched products are the portable Kokkos kernel), never for double.

@@ -109,6 +109,13 @@ template <class T>
 void batched_gemm(const BatchedGemmShape& shape, T alpha, const StridedMatrices<T>& a,
                   const StridedMatrices<T>& b, T beta, const StridedMatrices<T>& c);
 
+/// batched_gemm()'s checks of its operands, without the product: throws when a count is
+/// negative or an operand reaches past its buffer's end (callers that hand the same operands to
+/// oneDNN on raw pointers check them here first).
+template <class T>
+void require_batched_gemm_operands(const BatchedGemmShape& shape, const StridedMatrices<T>& a,
+                                   const StridedMatrices<T>& b, const StridedMatrices<T>& c);
+
 enum class GemmBackend { blas, onednn, libxsmm };
 
 /// Whether this build has libxsmm and it can generate kernels for this CPU.
@@ -117,6 +124,10 @@ bool libxsmm_available();
 /// The backend gemm() uses for float (HPCTRAIN_GEMM_BACKEND, read once; throws on an unknown
 /// value or on onednn in a build without it).
 GemmBackend gemm_backend();
+/// Whether float products on host memory (alpha 1 for gemm) go to oneDNN: the gemm backend is
+/// onednn, or libxsmm for what libxsmm declines, and the build has oneDNN. The one test behind
+/// gemm()'s, batched_gemm()'s and the attention's choice of oneDNN.
+bool float_products_on_onednn();
 /// Overrides gemm_backend() for the rest of the process (tests run every path). Throws when
 /// asked for onednn or libxsmm in a build (or, for libxsmm, a CPU) without it.
 void set_gemm_backend(GemmBackend backend);
