@@ -2,7 +2,7 @@
 # The README's test command: on a fresh Debian 12 machine installs every dependency, builds
 # hpctrain and runs a test set through ctest.
 #
-#   scripts/test.sh            the CI set (about 18 min of tests on 2 cores, plus the build): every test
+#   scripts/test.sh            the CI set (25-29 min of tests on 2 cores, plus about 7 min to build): every test
 #                              not labelled `long`, as many at a time as the machine has cores
 #                              (HPCTRAIN_TEST_JOBS overrides; ctest keeps each MPI test's ranks on cores
 #                              of their own through its PROCESSORS property)
