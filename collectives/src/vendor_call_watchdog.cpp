@@ -64,7 +64,14 @@ class Watchdog {
       stop_ = true;
     }
     cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    if (!thread_.joinable()) return;
+    // abort_job's std::exit on the watchdog thread (a process without MPI: loopback ranks, the
+    // MPI-off build) runs this destructor on that same thread: it cannot join itself.
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
   }
 
  private:
@@ -87,7 +94,11 @@ class Watchdog {
         continue;
       }
       // The caller is blocked inside MPI and cannot throw: report and end the job from here.
+      // Unlocked first: without MPI, abort_job ends in std::exit, whose static destructors
+      // include ~Watchdog, which takes this lock (held here, it deadlocked: the process hung
+      // instead of exiting).
       const TimeoutError error(describe(first->second), __FILE__, __LINE__);
+      lock.unlock();
       abort_job(error, 1);
     }
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -217,16 +218,37 @@ TEST(LoopbackShm, ShmOnSeveralVirtualNodesNamesHierarchical) {
   EXPECT_EQ(named.load(), 4);
 }
 
+// A set-up step the watchdog guards (the node group's split and shared memory) that never
+// completes, in a process without MPI: the watchdog must end the process with exit code 1 and the
+// timeout's message. Before the fix its std::exit ran ~Watchdog on the watchdog thread, which
+// took the lock that thread held, and the process hung (a CI run of stop 52: 300 s timeout).
+TEST(LoopbackShmDeathTest, SetUpTimeoutEndsTheProcessWithoutMpi) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Tuning t = test_tuning();
+        t.timeout_s = 0.2;
+        auto group = make_loopback_group(2);  // rank 1 never joins
+        Communicator comm(std::move(group[0]), t);
+        std::int64_t x = 1;
+        comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::shm);
+        std::exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(1), "shared-memory set-up #0 .*did not complete within 0.2 s");
+}
+
 TEST(LoopbackShm, TimeoutNamesTheMissingPeer) {
   Tuning t = test_tuning();
-  t.timeout_s = 0.5;
+  // 2 s, not less: the limit also guards the first call's set-up, which took over 0.5 s on a CI
+  // machine loaded by the sanitizer builds. Rank 1 outlives it.
+  t.timeout_s = 2;
   std::string message;
   auto group = make_loopback_group(2);
   std::thread skipper([&] {
     Communicator comm(std::move(group[1]), t);
     std::int64_t x = 1;
     comm.allreduce(&x, 1, ReduceOp::sum, Algorithm::shm);  // joins the first, skips the second
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
   });
   try {
     Communicator comm(std::move(group[0]), t);
@@ -239,7 +261,7 @@ TEST(LoopbackShm, TimeoutNamesTheMissingPeer) {
   }
   skipper.join();
   EXPECT_NE(message.find("allreduce(shm)"), std::string::npos) << message;
-  EXPECT_NE(message.find("did not complete within 0.5 s"), std::string::npos) << message;
+  EXPECT_NE(message.find("did not complete within 2 s"), std::string::npos) << message;
   EXPECT_NE(message.find("still waiting in node shared memory for: rank 1"), std::string::npos) << message;
 }
 
